@@ -1,0 +1,113 @@
+"""One chunk of a run, end to end: tasks -> rollouts -> rows (+tokens) -> shards.
+
+`ChunkProcessor` holds what is expensive to build (environments, the teacher, a tokenizer) and
+is created once per worker; `process` runs the stages on whole batches. It knows nothing of
+Ray, so it runs the same inside a Ray actor, in a test, or in a debugger.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from datagen.config import GenerateConfig
+from datagen.envs import import_modules
+from datagen.rows import render, trajectory_table
+from datagen.shards import ChunkRecord, ShardStore
+from datagen.spans import tokenize_with_spans
+from datagen.tasks import TaskError, TaskSource
+from datagen.teachers import EnvPool, Teacher, make_teacher
+from datagen.teachers.base import failed_trajectory
+from datagen.types import Span, Task, Trajectory
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    start: int
+    stop: int
+
+
+def plan_chunks(config: GenerateConfig) -> list[Chunk]:
+    """Fixed chunk boundaries: chunk i covers tasks [i*size, (i+1)*size)."""
+    size, total = config.chunk_size, config.num_trajectories
+    return [Chunk(i, start, min(start + size, total))
+            for i, start in enumerate(range(0, total, size))]
+
+
+def task_source(config: GenerateConfig) -> TaskSource:
+    return TaskSource(envs=tuple(e.name for e in config.envs),
+                      weights=tuple(e.weight for e in config.envs),
+                      seed=config.seed, count=config.num_trajectories)
+
+
+def load_tokenizer(path: str | None) -> Any:
+    if path is None:
+        return None
+    from transformers import AutoTokenizer  # heavy import, only when configured
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+class ChunkProcessor:
+    """Generates and writes chunks for one run configuration."""
+
+    def __init__(self, config: GenerateConfig, out: str | None = None) -> None:
+        import_modules(config.env_modules)
+        self.config = config
+        self.source = task_source(config)
+        self.envs = EnvPool()
+        self.teacher: Teacher = make_teacher(config.teacher.backend, config.teacher.name)
+        self.tokenizer = load_tokenizer(config.tokenizer)
+        self.store = ShardStore(out or config.out)
+
+    def rollout(self, chunk: Chunk) -> list[Trajectory]:
+        items = self.source.generate(chunk.start, chunk.stop, self.envs)
+        tasks = [item for item in items if isinstance(item, Task)]
+        done = iter(self.teacher.rollout_batch(tasks, self.envs))
+        return [next(done) if isinstance(item, Task) else self._task_failure(item)
+                for item in items]
+
+    def _task_failure(self, item: TaskError) -> Trajectory:
+        exc = RuntimeError(f"task generation failed: {item.error}")
+        return failed_trajectory(item.as_task(), self.teacher.name, 0, exc,
+                                 tools=self.envs.get(item.env).tools())
+
+    def trajectory_table(self, trajectories: list[Trajectory]) -> tuple[pa.Table, list[list[Span]]]:
+        rendered = [render(traj) for traj in trajectories]
+        tokens = None
+        if self.tokenizer is not None:
+            tokens = tokenize_with_spans(self.tokenizer, [text for text, _ in rendered],
+                                         [spans for _, spans in rendered])
+        return trajectory_table(trajectories, rendered, tokens), [s for _, s in rendered]
+
+    def process(self, chunk: Chunk) -> ChunkRecord:
+        started = time.perf_counter()
+        trajectories = self.rollout(chunk)
+        table, spans = self.trajectory_table(trajectories)
+        stats = chunk_stats(trajectories, spans)
+        stats["seconds"] = time.perf_counter() - started
+        return self.store.write_chunk(chunk.index, {"trajectories": table}, stats)
+
+
+def chunk_stats(trajectories: list[Trajectory], spans: list[list[Span]]) -> dict[str, Any]:
+    """Counts the run summary adds up: per env, per span kind, errors."""
+    per_env: dict[str, Counter] = defaultdict(Counter)
+    span_count: Counter = Counter()
+    span_chars: Counter = Counter()
+    for traj, traj_spans in zip(trajectories, spans):
+        env = per_env[traj.task.env]
+        env["trajectories"] += 1
+        env["success"] += int(traj.success)
+        env["errors"] += int(traj.error is not None)
+        env["tool_calls"] += sum(1 for step in traj.steps if step.call is not None)
+        for span in traj_spans:
+            span_count[span.kind] += 1
+            span_chars[span.kind] += span.end - span.start
+    return {"rows": {"trajectories": len(trajectories)},
+            "per_env": {name: dict(counts) for name, counts in sorted(per_env.items())},
+            "span_count": dict(span_count), "span_chars": dict(span_chars)}

@@ -1,0 +1,76 @@
+"""`datagen inspect DIR`: counts, per-environment stats and a few trajectories with their spans."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import polars as pl
+
+_SPAN_TEXT_LIMIT = 240
+
+
+def _manifest(root: Path) -> dict:
+    path = root / "manifest.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{root} has no manifest.json: not a datagen output directory")
+    return orjson.loads(path.read_bytes())
+
+
+def _per_env(df: pl.DataFrame) -> pl.DataFrame:
+    return (df.group_by("env").agg(
+        pl.len().alias("trajectories"),
+        pl.col("success").mean().round(3).alias("success_rate"),
+        pl.col("n_steps").mean().round(2).alias("mean_tool_calls"),
+        pl.col("error").is_not_null().sum().alias("errors"),
+        pl.col("text").str.len_chars().mean().round(0).alias("mean_chars"),
+    ).sort("env"))
+
+
+def _span_stats(df: pl.DataFrame) -> pl.DataFrame:
+    spans = df.select(pl.col("spans").explode()).unnest("spans")
+    return (spans.with_columns((pl.col("end") - pl.col("start")).alias("chars"))
+            .group_by("kind").agg(pl.len().alias("spans"), pl.col("chars").mean().round(1)
+                                  .alias("mean_chars"), pl.col("chars").max().alias("max_chars"))
+            .sort("kind"))
+
+
+def _clip(text: str) -> str:
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= _SPAN_TEXT_LIMIT else text[:_SPAN_TEXT_LIMIT] + " ..."
+
+
+def format_trajectory(row: dict) -> str:
+    """A trajectory as its spans, one per line: `[KIND step] text`."""
+    head = (f"--- {row['id']}  env={row['env']}  task={row['task_id']}  "
+            f"success={row['success']}  tool calls={row['n_steps']}")
+    lines = [head, f"task: {row['task']}"]
+    if row["error"]:
+        lines.append(f"error: {row['error']}")
+    for span in row["spans"]:
+        if span["kind"] == "PROMPT" and span["step"] < 0:
+            lines.append(f"  [PROMPT] ({span['end'] - span['start']} chars of system + user turn)")
+            continue
+        text = row["text"][span["start"]:span["end"]]
+        lines.append(f"  [{span['kind']:<6} {span['step']:>2}] {_clip(text)}")
+    return "\n".join(lines)
+
+
+def inspect_dataset(out: str | Path, samples: int = 2, seed: int = 0) -> str:
+    root = Path(out)
+    manifest = _manifest(root)
+    status = "complete" if manifest["complete"] else "INCOMPLETE"
+    lines = [f"{root}: {status}, {manifest['chunks']['complete']}/{manifest['chunks']['total']} "
+             f"chunks, fingerprint {manifest['fingerprint']}"]
+    lines += [f"  {name}: {rows:,} rows" for name, rows in manifest["counts"].items()]
+    shards = sorted((root / "trajectories").glob("part-*.parquet"))
+    if not shards:
+        return "\n".join(lines + ["(no trajectory shards yet)"])
+    df = pl.read_parquet(shards)
+    with pl.Config(tbl_rows=50, tbl_cols=20, tbl_hide_dataframe_shape=True):
+        lines += ["", "per environment:", str(_per_env(df)), "", "spans:", str(_span_stats(df))]
+    if samples > 0:
+        lines += ["", f"{samples} sampled trajectories:"]
+        for row in df.sample(n=min(samples, df.height), seed=seed).iter_rows(named=True):
+            lines += [format_trajectory(row), ""]
+    return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""Run summary: totals, per-environment stats, spans per kind, throughput."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from datagen.shards import ChunkRecord
+
+
+@dataclass
+class RunSummary:
+    out: str
+    counts: dict[str, int]
+    per_env: dict[str, dict[str, float]]
+    spans: dict[str, dict[str, float]]
+    generated: int
+    seconds: float
+    complete: bool
+    failed_chunks: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.generated / self.seconds if self.seconds else 0.0
+
+    def format(self) -> str:
+        lines = [f"output: {self.out}  ({'complete' if self.complete else 'INCOMPLETE'}); "
+                 f"shards in {self.out}/trajectories/, see {self.out}/README.md"]
+        lines.append("rows: " + ", ".join(f"{k}={v:,}" for k, v in self.counts.items() if v))
+        lines.append(f"{'env':<14}{'trajectories':>13}{'success':>9}{'tool calls/traj':>17}"
+                     f"{'errors':>8}")
+        for env, stats in self.per_env.items():
+            lines.append(f"{env:<14}{stats['trajectories']:>13,.0f}{stats['success_rate']:>9.1%}"
+                         f"{stats['mean_tool_calls']:>17.2f}{stats['errors']:>8,.0f}")
+        lines.append("spans: " + ", ".join(
+            f"{kind} {s['count']:,.0f} (mean {s['mean_chars']:.0f} chars)"
+            for kind, s in self.spans.items()))
+        if self.generated:
+            lines.append(f"this run: {self.generated:,} trajectories in {self.seconds:.1f}s "
+                         f"= {self.rate:,.0f} traj/s")
+        else:
+            lines.append("this run: nothing to do, every chunk was already complete")
+        for chunk, error in self.failed_chunks:
+            lines.append(f"FAILED chunk {chunk}: {error} (rerun the same command to retry)")
+        lines.append(f"look inside: datagen inspect {self.out}")
+        return "\n".join(lines)
+
+
+def _merge(records: list[ChunkRecord]) -> tuple[dict[str, Counter], Counter, Counter]:
+    per_env: dict[str, Counter] = defaultdict(Counter)
+    span_count: Counter = Counter()
+    span_chars: Counter = Counter()
+    for record in records:
+        for env, counts in record.stats.get("per_env", {}).items():
+            per_env[env].update(counts)
+        span_count.update(record.stats.get("span_count", {}))
+        span_chars.update(record.stats.get("span_chars", {}))
+    return per_env, span_count, span_chars
+
+
+def summarise(records: list[ChunkRecord], new_records: list[ChunkRecord], seconds: float,
+              manifest: dict[str, Any], failed: list, out: str) -> RunSummary:
+    per_env_counts, span_count, span_chars = _merge(records)
+    per_env = {}
+    for env, c in sorted(per_env_counts.items()):
+        n = c["trajectories"] or 1
+        per_env[env] = {"trajectories": c["trajectories"], "success_rate": c["success"] / n,
+                        "mean_tool_calls": c["tool_calls"] / n, "errors": c["errors"]}
+    spans = {kind: {"count": span_count[kind],
+                    "mean_chars": span_chars[kind] / span_count[kind] if span_count[kind] else 0}
+             for kind in ("PROMPT", "REASON", "ACT", "OBS") if span_count[kind]}
+    generated = sum(r.shards["trajectories"].rows for r in new_records)
+    return RunSummary(out=out, counts=manifest["counts"], per_env=per_env, spans=spans,
+                      generated=generated, seconds=seconds, complete=manifest["complete"],
+                      failed_chunks=[(chunk.index, error) for chunk, error in failed])

@@ -1,0 +1,41 @@
+"""Build a small byte-level BPE tokenizer with Qwen2.5's special tokens and chat template.
+
+Nothing can be downloaded here, so tests and tiny end-to-end runs train their own tokenizer on
+generated text. The result is a regular `PreTrainedTokenizerFast` directory that
+`AutoTokenizer.from_pretrained` (and vLLM) load, with the Qwen2.5 tool-calling template set.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+QWEN_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Tool-call markers are ordinary text in Qwen2.5's vocabulary too (added tokens there); adding
+# them keeps the ACT boundary a single token, which the trainer's mode switch relies on.
+TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+TEMPLATE_PATH = Path(__file__).parent / "templates" / "qwen2_5_tools.jinja"
+
+
+def chat_template() -> str:
+    return TEMPLATE_PATH.read_text()
+
+
+def build_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 2000, out_dir: str | Path | None = None):
+    """Train a byte-level BPE on `texts`; save to `out_dir` when given. Returns the tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size,
+                                  special_tokens=QWEN_SPECIAL_TOKENS + TOOL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    core.train_from_iterator(texts, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>",
+                                        pad_token="<|endoftext|>", unk_token=None)
+    tokenizer.chat_template = chat_template()
+    if out_dir is not None:
+        tokenizer.save_pretrained(str(out_dir))
+    return tokenizer

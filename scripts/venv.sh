@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Create the project's virtual environment at .venv (once) and install the project with the
+# given extras, pinned by constraints.txt. Reinstalls only when pyproject.toml or
+# constraints.txt change. Usage: scripts/venv.sh [extras], e.g. scripts/venv.sh test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"
+python=""
+for candidate in "${PYTHON:-}" python3.11 python3; do
+  if [ -n "$candidate" ] && command -v "$candidate" >/dev/null &&
+     "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+    python="$candidate"; break
+  fi
+done
+if [ ! -x .venv/bin/python ]; then
+  [ -n "$python" ] || { echo "Python 3.11 is required (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
+  "$python" -m venv .venv
+  .venv/bin/python -m pip install --quiet --upgrade pip
+fi
+stamp=".venv/.installed-$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)-${extras:-base}"
+if [ ! -f "$stamp" ]; then
+  spec="."
+  [ -z "$extras" ] || spec=".[$extras]"
+  .venv/bin/python -m pip install --quiet --constraint constraints.txt --editable "$spec"
+  touch "$stamp"
+fi

@@ -1,0 +1,94 @@
+"""Shared fixtures: one local Ray head per test session (started only if a test needs it),
+and a tiny tokenizer trained on generated text."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RAY_BIN = str(Path(sys.executable).with_name("ray"))
+
+# Token auth for the whole session, set before anything imports Ray: Ray reads the auth mode
+# once, and a driver without the token is refused by a head that has one.
+os.environ["RAY_AUTH_MODE"] = "token"
+os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))
+
+
+@dataclass(frozen=True)
+class RayHead:
+    address: str        # GCS address for ray.init / --address
+    dashboard: str      # http address for `ray job submit`
+    env: dict           # environment with the auth token, for subprocesses
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory):
+    """A Ray head started as a cluster operator would (`ray start --head`, token auth on);
+    tests connect to it in-process, from CLI subprocesses, and with `ray job submit`."""
+    # The venv's bin first on PATH: a job's `python ...` entrypoint must find this interpreter.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PATH=path)
+    port, dashboard_port = _free_port(), _free_port()
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths are capped
+    subprocess.run([RAY_BIN, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                    f"--temp-dir={temp_dir}", "--num-cpus=2",
+                    "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+                    f"--dashboard-port={dashboard_port}", "--disable-usage-stats"],
+                   env=env, check=True, capture_output=True, cwd=ROOT)
+    head = RayHead(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}", env)
+    import ray
+
+    try:
+        ray.init(address=head.address, logging_level="WARNING")
+        yield head
+    finally:
+        ray.shutdown()
+        _stop_head(temp_dir)
+
+
+def _stop_head(temp_dir: str) -> None:
+    """Stop this session's head only (`ray stop` would stop every Ray on the host)."""
+    import psutil
+
+    ours = [p for p in psutil.process_iter(["cmdline"])
+            if any(temp_dir in part for part in (p.info["cmdline"] or []))]
+    for proc in ours:
+        proc.terminate()
+    _, alive = psutil.wait_procs(ours, timeout=10)
+    for proc in alive:
+        proc.kill()
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory):
+    """A 1k-token byte-level BPE with Qwen2.5 special tokens, trained on oracle trajectories."""
+    from datagen.tokenizer import build_bpe_tokenizer
+    from tests.datagen.helpers import oracle_texts
+
+    out = tmp_path_factory.mktemp("tokenizer")
+    build_bpe_tokenizer(oracle_texts(60), vocab_size=1000, out_dir=out)
+    return out
+
+
+@pytest.fixture
+def clean_out(tmp_path):
+    out = tmp_path / "out"
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
