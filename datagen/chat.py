@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from datagen.types import Span, ToolCall, Trajectory
+from datagen.types import Span, Step, ToolCall, Trajectory
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -106,19 +106,75 @@ def render_trajectory(traj: Trajectory,
     out.add("PROMPT", system_turn(traj.tools, system_prompt), -1)
     out.add("PROMPT", f"{IM_START}user\n{traj.task.instruction}{IM_END}\n", -1)
     for index, step in enumerate(traj.steps):
+        if step.raw is not None:  # LLM turn: the text exactly as generated
+            _add_raw_turn(out, step, index)
+            continue
         if step.call is None and step.answer is None and not step.reasoning:
             continue
         out.add("PROMPT", f"{IM_START}assistant" + ("\n" if step.reasoning or step.call is None else ""), index)
         out.add("REASON", step.reasoning, index)
-        if step.call is not None:
-            out.add("ACT", f"\n{render_call(step.call)}{IM_END}\n", index)
-            if step.observation is not None:
-                out.add("OBS", f"{IM_START}user\n<tool_response>\n{step.observation.content}"
-                               f"\n</tool_response>{IM_END}\n", index)
-        else:
-            separator = "\n\n" if step.reasoning else ""
-            out.add("ACT", f"{separator}{ANSWER_PREFIX}{step.answer or ''}{IM_END}\n", index)
+        out.add("ACT", act_text(step), index)
+        if step.call is not None and step.observation is not None:
+            out.add("OBS", f"{IM_START}user\n<tool_response>\n{step.observation.content}"
+                           f"\n</tool_response>{IM_END}\n", index)
     return out.text(), out.spans
+
+
+def user_turn(instruction: str) -> str:
+    """The user turn that states the task."""
+    return f"{IM_START}user\n{instruction}{IM_END}\n"
+
+
+def observation_turn(content: str) -> str:
+    """The turn that shows a tool's response to the model."""
+    return f"{IM_START}user\n<tool_response>\n{content}\n</tool_response>{IM_END}\n"
+
+
+def turn_act_offset(step: Step) -> int:
+    """Where ACT starts in `step.raw`: at the whitespace before `<tool_call>` or the last
+    `Final answer:`; at 0 for a plain reply accepted as the answer; otherwise at the end (a
+    failed turn without an action is all REASON, its closing <|im_end|> is ACT)."""
+    raw = step.raw or ""
+    at = raw.find(TOOL_CALL_OPEN)
+    if at < 0:
+        at = raw.lower().rfind(ANSWER_PREFIX.strip().lower())
+    if at < 0:
+        return 0 if step.answer is not None else len(raw)
+    return len(raw[:at].rstrip())
+
+
+def _add_raw_turn(out: _SpanWriter, step: Step, index: int) -> None:
+    raw, at = step.raw or "", turn_act_offset(step)
+    out.add("PROMPT", generation_prompt(), index)
+    out.add("REASON", raw[:at], index)
+    out.add("ACT", f"{raw[at:]}{IM_END}\n", index)
+    if step.observation is not None:  # a tool response, or the error shown after a failed turn
+        out.add("OBS", observation_turn(step.observation.content), index)
+
+
+def _failed_raw(step: Step) -> bool:
+    """A failed LLM turn: its message shows the raw text (there is no valid call to show)."""
+    return step.raw is not None and step.error is not None and step.call is None
+
+
+def act_text(step: Step) -> str:
+    """The ACT part of an assistant turn: the tool-call block or the final answer, through
+    `<|im_end|>\n`."""
+    if step.call is not None:
+        return f"\n{render_call(step.call)}{IM_END}\n"
+    separator = "\n\n" if step.reasoning else ""
+    return f"{separator}{ANSWER_PREFIX}{step.answer or ''}{IM_END}\n"
+
+
+def message_index(steps: list[Step], step: int) -> int:
+    """Index in `to_messages(...)` of the assistant message of turn `step`."""
+    index = 2
+    for earlier in steps[:step]:
+        if earlier.call is not None or _failed_raw(earlier):
+            index += 1 + (earlier.observation is not None)
+        elif earlier.answer is not None or earlier.reasoning:
+            index += 1
+    return index
 
 
 def to_messages(traj: Trajectory,
@@ -129,7 +185,13 @@ def to_messages(traj: Trajectory,
         {"role": "user", "content": traj.task.instruction, "tool_calls": None, "name": None},
     ]
     for step in traj.steps:
-        if step.call is not None:
+        if _failed_raw(step):
+            messages.append({"role": "assistant", "content": step.raw, "tool_calls": None,
+                             "name": None})
+            if step.observation is not None:
+                messages.append({"role": "tool", "content": step.observation.content,
+                                 "tool_calls": None, "name": None})
+        elif step.call is not None:
             calls = orjson.dumps([{"type": "function", "function": step.call.as_dict()}]).decode()
             messages.append({"role": "assistant", "content": step.reasoning,
                              "tool_calls": calls, "name": None})

@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from datagen.config import GenerateConfig
 from datagen.envs import import_modules
-from datagen.rows import render, trajectory_table
+from datagen.negatives import NegativeStage
+from datagen.rows import NEGATIVE_SCHEMA, PREFERENCE_SCHEMA, render, trajectory_table
 from datagen.shards import ChunkRecord, ShardStore
 from datagen.spans import tokenize_with_spans
 from datagen.tasks import TaskError, TaskSource
@@ -64,6 +65,8 @@ class ChunkProcessor:
         self.teacher: Teacher = make_teacher(config.teacher.backend, config.teacher.name)
         self.tokenizer = load_tokenizer(config.tokenizer)
         self.store = ShardStore(out or config.out)
+        self.negatives = (NegativeStage(config.negatives, config.seed)
+                          if config.negatives.enabled else None)
 
     def rollout(self, chunk: Chunk) -> list[Trajectory]:
         items = self.source.generate(chunk.start, chunk.stop, self.envs)
@@ -89,9 +92,17 @@ class ChunkProcessor:
         started = time.perf_counter()
         trajectories = self.rollout(chunk)
         table, spans = self.trajectory_table(trajectories)
+        tables = {"trajectories": table}
         stats = chunk_stats(trajectories, spans)
+        stats["seconds_rollout"] = time.perf_counter() - started
+        if self.negatives is not None:
+            batch = self.negatives.run(trajectories, self.envs)
+            tables["negatives"] = pa.Table.from_pylist(batch.negatives, schema=NEGATIVE_SCHEMA)
+            tables["preferences"] = pa.Table.from_pylist(batch.preferences,
+                                                         schema=PREFERENCE_SCHEMA)
+            stats["negatives"] = batch.stats()
         stats["seconds"] = time.perf_counter() - started
-        return self.store.write_chunk(chunk.index, {"trajectories": table}, stats)
+        return self.store.write_chunk(chunk.index, tables, stats)
 
 
 def chunk_stats(trajectories: list[Trajectory], spans: list[list[Span]]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from datagen.envs import available_envs, import_modules, resolve_env
+from datagen.teachers.config import TeacherConfig  # backend sections live with the teachers
 
 
 class ConfigError(ValueError):
@@ -43,10 +44,19 @@ class EnvConfig(StrictModel):
         return name
 
 
-class TeacherConfig(StrictModel):
-    backend: Literal["oracle"] = Field("oracle", description="oracle = scripted gold-solution "
-                                       "teacher (CPU); LLM backends arrive with their issue")
-    name: str | None = Field(None, description="name recorded on rows; defaults to the backend")
+NEGATIVE_KINDS = ("type_error", "hallucinated_key", "logical_error")
+
+
+class NegativesConfig(StrictModel):
+    """Hard negatives for every correct tool call of a successful trajectory."""
+
+    enabled: bool = Field(True, description="write the negatives table and its preference pairs")
+    kinds: list[Literal["type_error", "hallucinated_key", "logical_error"]] = Field(
+        default_factory=lambda: list(NEGATIVE_KINDS), description="core kinds to produce")
+    extra_kinds: bool = Field(False, description="also wrong_function and missing_required")
+    execute: bool = Field(True, description="verify each logical error in the environment "
+                          "(it must change the outcome); off = faster, unverified")
+    max_env_checks: int = Field(12, ge=1, description="candidate executions per call")
 
 
 class GenerateConfig(StrictModel):
@@ -67,6 +77,7 @@ class GenerateConfig(StrictModel):
     envs: list[EnvConfig] = Field(default_factory=lambda: [EnvConfig(name=n) for n in
                                   ("sql", "fs", "enterprise")], min_length=1)
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
+    negatives: NegativesConfig = Field(default_factory=NegativesConfig)
     tokenizer: str | None = Field(None, description="local Hugging Face tokenizer directory; "
                                   "when set, rows get input_ids and per-token span_ids")
     num_workers: int = Field(0, ge=0, description="chunk workers (run-only); 0 = one per CPU")

@@ -56,6 +56,29 @@ def format_trajectory(row: dict) -> str:
     return "\n".join(lines)
 
 
+def _negatives_section(root: Path, manifest: dict) -> list[str]:
+    shards = sorted((root / "negatives").glob("part-*.parquet"))
+    if not shards:
+        return []
+    negatives = pl.read_parquet(shards)
+    if negatives.height == 0:
+        return ["", "negatives: none"]
+    by_kind = (negatives.group_by("kind").agg(
+        pl.len().alias("negatives"),
+        pl.col("subkind").n_unique().alias("subkinds"),
+        (~pl.col("schema_valid")).mean().round(3).alias("rejected_by_schema"),
+        pl.col("outcome_changed").mean().round(3).alias("outcome_changed"),
+    ).sort("kind"))
+    impossible = manifest.get("stats", {}).get("negative_kinds", {})
+    if impossible:
+        rates = pl.DataFrame([{"kind": k, "impossible_rate": round(v["impossible_rate"], 3)}
+                              for k, v in impossible.items()])
+        by_kind = by_kind.join(rates, on="kind", how="left")
+    subkinds = negatives.group_by("kind", "subkind").len().sort("kind", "len", descending=[False, True])
+    with pl.Config(tbl_rows=60, tbl_hide_dataframe_shape=True):
+        return ["", "negatives per kind:", str(by_kind), "", "subkinds:", str(subkinds)]
+
+
 def inspect_dataset(out: str | Path, samples: int = 2, seed: int = 0) -> str:
     root = Path(out)
     manifest = _manifest(root)
@@ -69,6 +92,7 @@ def inspect_dataset(out: str | Path, samples: int = 2, seed: int = 0) -> str:
     df = pl.read_parquet(shards)
     with pl.Config(tbl_rows=50, tbl_cols=20, tbl_hide_dataframe_shape=True):
         lines += ["", "per environment:", str(_per_env(df)), "", "spans:", str(_span_stats(df))]
+    lines += _negatives_section(root, manifest)
     if samples > 0:
         lines += ["", f"{samples} sampled trajectories:"]
         for row in df.sample(n=min(samples, df.height), seed=seed).iter_rows(named=True):

@@ -34,6 +34,22 @@ TRAJECTORY_SCHEMA = pa.schema([
     ("error", pa.string()), ("n_steps", pa.int16()), ("teacher", pa.string()),
     ("round", pa.int16()),
 ])
+NEGATIVE_SCHEMA = pa.schema([
+    ("trajectory_id", pa.string()), ("env", pa.string()), ("step", pa.int16()),
+    ("kind", pa.string()), ("subkind", pa.string()), ("path", pa.string()),
+    ("tool", pa.string()), ("original", pa.string()), ("mutated", pa.string()),
+    ("original_value", pa.string()), ("mutated_value", pa.string()),
+    ("errors", pa.list_(pa.string())), ("schema_valid", pa.bool_()),
+    ("outcome_changed", pa.bool_()), ("description", pa.string()),
+])
+PREFERENCE_SCHEMA = pa.schema([
+    ("id", pa.string()), ("trajectory_id", pa.string()), ("env", pa.string()),
+    ("step", pa.int16()), ("source", pa.string()), ("kind", pa.string()),
+    ("tools", pa.string()), ("prompt", pa.list_(MESSAGE_TYPE)),
+    ("chosen", pa.list_(MESSAGE_TYPE)), ("rejected", pa.list_(MESSAGE_TYPE)),
+    ("prompt_text", pa.string()), ("chosen_text", pa.string()),
+    ("rejected_text", pa.string()),
+])
 TOKEN_FIELDS = [pa.field("input_ids", pa.list_(pa.int32())),
                 pa.field("span_ids", pa.list_(pa.int8()))]
 

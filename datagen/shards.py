@@ -156,7 +156,8 @@ class ShardStore:
     # manifest -----------------------------------------------------------------------------
 
     def write_manifest(self, fingerprint: str, config: dict[str, Any], total_chunks: int,
-                       records: list[ChunkRecord]) -> dict[str, Any]:
+                       records: list[ChunkRecord],
+                       stats: dict[str, Any] | None = None) -> dict[str, Any]:
         shards: dict[str, list[dict[str, Any]]] = {}
         for record in sorted(records, key=lambda r: r.chunk):
             for name, info in record.shards.items():
@@ -169,6 +170,7 @@ class ShardStore:
             "chunks": {"total": total_chunks, "complete": len(records)},
             "counts": {name: sum(s["rows"] for s in items) for name, items in shards.items()},
             "shards": shards,
+            "stats": stats or {},
         }
         _write_atomic(self.root / "manifest.json",
                       orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS),

@@ -9,6 +9,17 @@ from typing import Any
 from datagen.shards import ChunkRecord
 
 
+def negative_kind_stats(records: list[ChunkRecord]) -> dict[str, dict[str, float]]:
+    """Per negative kind: produced, impossible, and the impossible rate, over all chunks."""
+    totals: dict[str, Counter] = defaultdict(Counter)
+    for record in records:
+        for kind, counts in record.stats.get("negatives", {}).get("kinds", {}).items():
+            totals[kind].update(counts)
+    return {kind: {"produced": c["produced"], "impossible": c["impossible"],
+                   "impossible_rate": c["impossible"] / max(c["produced"] + c["impossible"], 1)}
+            for kind, c in sorted(totals.items())}
+
+
 @dataclass
 class RunSummary:
     out: str
@@ -19,6 +30,7 @@ class RunSummary:
     seconds: float
     complete: bool
     failed_chunks: list[tuple[int, str]] = field(default_factory=list)
+    negative_kinds: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -36,6 +48,10 @@ class RunSummary:
         lines.append("spans: " + ", ".join(
             f"{kind} {s['count']:,.0f} (mean {s['mean_chars']:.0f} chars)"
             for kind, s in self.spans.items()))
+        if self.negative_kinds:
+            lines.append("negatives: " + ", ".join(
+                f"{kind} {s['produced']:,.0f} ({s['impossible_rate']:.1%} impossible)"
+                for kind, s in self.negative_kinds.items()))
         if self.generated:
             lines.append(f"this run: {self.generated:,} trajectories in {self.seconds:.1f}s "
                          f"= {self.rate:,.0f} traj/s")
@@ -73,4 +89,5 @@ def summarise(records: list[ChunkRecord], new_records: list[ChunkRecord], second
     generated = sum(r.shards["trajectories"].rows for r in new_records)
     return RunSummary(out=out, counts=manifest["counts"], per_env=per_env, spans=spans,
                       generated=generated, seconds=seconds, complete=manifest["complete"],
-                      failed_chunks=[(chunk.index, error) for chunk, error in failed])
+                      failed_chunks=[(chunk.index, error) for chunk, error in failed],
+                      negative_kinds=negative_kind_stats(records))

@@ -83,6 +83,9 @@ class Step:
     observation: Observation | None = None
     answer: str | None = None
     error: str | None = None
+    # LLM teachers: the turn exactly as generated (without the closing <|im_end|>), so the row
+    # shows what the model said, failed turns included. None for scripted teachers.
+    raw: str | None = None
 
 
 @dataclass(slots=True)
@@ -109,6 +112,24 @@ class Trajectory:
     teacher: str
     round: int = 0
     error: str | None = None
+    # LLM teachers: model, sampling parameters, token counts, latency, cost (JSON-serialisable).
+    meta: dict[str, Any] = field(default_factory=dict)
+    # LLM teachers with token access: the exact token sequence the teacher saw and generated.
+    tokens: TokenTrace | None = None
+
+
+@dataclass(slots=True)
+class TokenTrace:
+    """The exact tokens of an LLM episode, aligned: template segments as tokenised for the
+    model, generated turns as the ids the model produced (never re-tokenised). `span_ids` holds
+    a SPAN_KIND_ID per token; `topk_ids`/`topk_logprobs` the teacher's top-k per token, empty
+    for tokens the teacher did not generate (prompt, observations, template glue)."""
+
+    tokenizer: str
+    ids: list[int] = field(default_factory=list)
+    span_ids: list[int] = field(default_factory=list)
+    topk_ids: list[list[int]] = field(default_factory=list)
+    topk_logprobs: list[list[float]] = field(default_factory=list)
 
 
 def trajectory_id(task_id: str, teacher: str, round_: int, sample: int = 0) -> str:

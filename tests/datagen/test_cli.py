@@ -29,9 +29,9 @@ def _markers(out: Path) -> int:
 
 
 def test_sigkill_part_way_then_resume_yields_exactly_n_unique_ids(ray_head, tmp_path):
-    out, n = tmp_path / "out", 6000
+    out, n, chunk = tmp_path / "out", 3000, 100
     args = ["generate", "--config", "configs/demo.yaml", "--out", str(out), "--num-trajectories",
-            str(n), "--set", "chunk_size=150", "--address", ray_head.address, "--no-progress"]
+            str(n), "--set", f"chunk_size={chunk}", "--address", ray_head.address, "--no-progress"]
     proc = subprocess.Popen([sys.executable, "-m", "datagen", *args], cwd=ROOT, env=ray_head.env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
@@ -40,7 +40,7 @@ def test_sigkill_part_way_then_resume_yields_exactly_n_unique_ids(ray_head, tmp_
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     done_before = _markers(out)
-    assert 2 <= done_before < n // 150, "the kill must land part way through the run"
+    assert 2 <= done_before < n // chunk, "the kill must land part way through the run"
     for shard in (out / "trajectories").glob("part-*.parquet"):
         pq.read_metadata(shard)  # whatever is visible is a complete Parquet file
     time.sleep(1.0)  # let Ray reap the dead driver's actors
@@ -50,6 +50,9 @@ def test_sigkill_part_way_then_resume_yields_exactly_n_unique_ids(ray_head, tmp_
     assert "complete" in result.stdout
     df = pl.read_parquet(out / "trajectories" / "*.parquet")
     assert df.height == n and df["id"].n_unique() == n and df["task_id"].n_unique() == n
+    negatives = pl.read_parquet(out / "negatives" / "*.parquet")
+    assert negatives.height == negatives.select("trajectory_id", "step", "kind").n_unique()
+    assert negatives["trajectory_id"].n_unique() == df.filter(pl.col("success")).height
 
 
 def test_different_config_is_refused_with_a_clear_message(ray_head, tmp_path):
@@ -65,7 +68,8 @@ def test_different_config_is_refused_with_a_clear_message(ray_head, tmp_path):
 
     inspected = _datagen(ray_head, "inspect", out, "--samples", "1")
     assert inspected.returncode == 0
-    for fragment in ("trajectories: 50 rows", "per environment", "[REASON", "[ACT", "[OBS"):
+    for fragment in ("trajectories: 50 rows", "per environment", "[REASON", "[ACT", "[OBS",
+                     "negatives per kind", "hallucinated_key", "impossible_rate"):
         assert fragment in inspected.stdout
 
 

@@ -48,6 +48,17 @@ def test_generates_real_trajectories_readable_by_polars_datasets_and_ray(ray_hea
     assert sum(s["rows"] for s in manifest["shards"]["trajectories"]) == 300
     assert "| sql |" in (tmp_path / "out" / "README.md").read_text()
 
+    negatives = pl.read_parquet(tmp_path / "out" / "negatives" / "*.parquet")
+    preferences = pl.read_parquet(tmp_path / "out" / "preferences" / "*.parquet")
+    assert set(negatives["kind"].unique()) == {"type_error", "hallucinated_key", "logical_error"}
+    assert negatives["trajectory_id"].is_in(df["id"].implode()).all()
+    assert preferences.height == negatives.height
+    assert set(preferences["source"].unique()) == {"negative"}
+    assert manifest["counts"]["negatives"] == negatives.height
+    kinds = manifest["stats"]["negative_kinds"]
+    assert kinds["hallucinated_key"]["produced"] > 0 and kinds["type_error"]["impossible_rate"] < 0.3
+    assert "logical_error" in summary.format()
+
 
 def test_same_config_gives_identical_shards(ray_head, tmp_path):
     first = run_generation(_config(tmp_path / "a", num_trajectories=200))

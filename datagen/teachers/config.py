@@ -1,0 +1,165 @@
+"""Typed configuration of the teachers: which backend, how it samples, how episodes run.
+
+`TeacherConfig.backend` picks the backend; the matching sub-section (`hf`, `openai`, `vllm`)
+holds what only that backend needs and must be present, and the others must be absent, so a
+config that names one backend and configures another fails before any work starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+TEACHER_BACKENDS = ("oracle", "hf", "openai", "vllm")
+LLM_BACKENDS = ("hf", "openai", "vllm")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SamplingConfig(_Strict):
+    """How each assistant turn is sampled (all backends)."""
+
+    temperature: float = Field(0.7, ge=0, description="0 = greedy; higher = more diverse "
+                               "trajectories, more failed turns")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
+    max_tokens_per_turn: int = Field(512, ge=1, description="generation cap per assistant turn; "
+                                     "a turn that hits it is recorded as failed (truncated)")
+    stop: list[str] = Field(default_factory=list, description="extra stop strings; turns always "
+                            "end at <|im_end|>")
+    logprobs: int = Field(5, ge=0, le=20, description="top-k logprobs recorded per generated "
+                          "token for distillation (0 = none; 20 is the OpenAI API's maximum)")
+    seed: int | None = Field(None, description="sampling seed passed to the backend (None = "
+                             "backend default); greedy decoding is deterministic regardless")
+
+
+class EpisodeConfig(_Strict):
+    """Limits of one episode (task rollout) and how failed turns are handled."""
+
+    max_turns: int = Field(8, ge=1, description="assistant turns before the episode is cut off")
+    max_total_tokens: int = Field(8192, ge=64, description="cap on prompt + generated tokens "
+                                  "of the whole conversation (keep <= the model's context)")
+    on_invalid_turn: Literal["feedback", "stop"] = Field(
+        "feedback", description="feedback = record the failed turn and show the model the error "
+        "as a tool response, so it can recover (recovery data); stop = end the episode there")
+    max_concurrent_episodes: int = Field(64, ge=1, description="episodes in flight per teacher "
+                                         "process (vllm: per engine); keeps the batch full")
+    system_prompt: str | None = Field(None, description="system prompt before the tools block "
+                                      "(None = datagen.chat.DEFAULT_SYSTEM_PROMPT)")
+
+
+class HFConfig(_Strict):
+    """Transformers model in the worker process, batched across episodes (small models)."""
+
+    model: str = Field(description="local model directory (or hub name where downloads work)")
+    tokenizer: str | None = Field(None, description="tokenizer directory (None = `model`)")
+    device: str = Field("cpu", description="torch device: cpu, cuda, cuda:1, ...")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights "
+                                                             "dtype; bfloat16 on GPU")
+    max_batch_size: int = Field(32, ge=1, description="episodes per forward pass; a turn batch "
+                                "starts when every live episode waits or this many do")
+
+
+class OpenAIConfig(_Strict):
+    """Any OpenAI-compatible chat-completions endpoint (vLLM / SGLang servers, hosted APIs)."""
+
+    base_url: str = Field(description="endpoint root, e.g. http://10.0.0.5:8000/v1")
+    model: str = Field(description="model name sent in each request")
+    api_key_env: str | None = Field("OPENAI_API_KEY", description="environment variable that "
+                                    "holds the API key (never logged or written); None = no key")
+    tool_format: Literal["template", "native"] = Field(
+        "template", description="template = tool calls as <tool_call> text inside the content "
+        "(Qwen template servers; exact text); native = the API's tools/tool_calls fields "
+        "(hosted APIs that parse calls server-side)")
+    token_ids: bool = Field(False, description="vLLM servers: ask for exact generated token ids "
+                            "(return_tokens_as_token_ids) and keep special tokens, so rows get "
+                            "input_ids and aligned top-k; needs `tokenizer`")
+    tokenizer: str | None = Field(None, description="local tokenizer of the served model; "
+                                  "needed for token_ids")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="extra request fields "
+                                       "(server-specific sampling options)")
+    timeout_s: float = Field(120.0, gt=0, description="per-request timeout (a hang counts as a "
+                             "retryable failure)")
+    max_retries: int = Field(6, ge=0, description="retries on 429/5xx/timeouts/malformed bodies")
+    backoff_base_s: float = Field(0.5, gt=0, description="first backoff; doubles per retry, "
+                                  "full jitter")
+    backoff_max_s: float = Field(30.0, gt=0, description="cap of one backoff sleep")
+    initial_concurrency: int = Field(16, ge=1, description="requests in flight at start (AIMD)")
+    min_concurrency: int = Field(1, ge=1, description="AIMD floor")
+    max_concurrency: int = Field(256, ge=1, description="AIMD ceiling: requests in flight per "
+                                 "worker process")
+    cache_dir: str | None = Field(None, description="request cache directory (SQLite, content "
+                                  "fingerprint keys); None = OUT/_cache; resumed runs do not pay "
+                                  "twice")
+    cache: bool = Field(True, description="use the request cache")
+    usd_per_million_input_tokens: float = Field(0.0, ge=0, description="for cost accounting")
+    usd_per_million_output_tokens: float = Field(0.0, ge=0, description="for cost accounting")
+
+    @model_validator(mode="after")
+    def _token_ids_need_tokenizer(self) -> OpenAIConfig:
+        if self.token_ids and not self.tokenizer:
+            raise ValueError("openai.token_ids needs openai.tokenizer (the served model's "
+                             "tokenizer directory)")
+        if self.token_ids and self.tool_format == "native":
+            raise ValueError("openai.token_ids needs openai.tool_format 'template' (native tool "
+                             "calls are re-rendered by the server, so ids would not match)")
+        if self.min_concurrency > self.max_concurrency:
+            raise ValueError("openai.min_concurrency must be <= openai.max_concurrency")
+        return self
+
+
+class VLLMConfig(_Strict):
+    """vLLM engines held in-process by Ray actors; episodes run inside the engine actor."""
+
+    model: str = Field(description="local model directory or hub name")
+    tokenizer: str | None = Field(None, description="tokenizer directory (None = `model`)")
+    num_engines: int = Field(1, ge=1, description="engine actors (data parallel replicas)")
+    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine; >1 uses a Ray "
+                                      "placement group with one GPU bundle per rank")
+    num_gpus: float = Field(1.0, ge=0, description="GPUs per engine actor when "
+                            "tensor_parallel_size is 1 (0 = CPU build of vLLM)")
+    num_cpus: float = Field(1.0, ge=0, description="CPUs reserved per engine actor")
+    dtype: str = Field("auto", description="auto, bfloat16, float16, float32 (CPU: float32)")
+    max_model_len: int = Field(8192, ge=128, description="context length the engine reserves")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU memory share")
+    enforce_eager: bool = Field(False, description="skip CUDA graphs / compilation (faster "
+                                "start, slower decode; CPU tests)")
+    cpu_kv_cache_gib: int | None = Field(None, ge=1, description="VLLM_CPU_KVCACHE_SPACE for the "
+                                         "CPU build (GiB)")
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra "
+                                          "AsyncEngineArgs fields")
+
+
+class TeacherConfig(_Strict):
+    backend: Literal["oracle", "hf", "openai", "vllm"] = Field(
+        "oracle", description="oracle = scripted gold-solution teacher (CPU); hf = Transformers "
+        "model in the worker; openai = OpenAI-compatible endpoint; vllm = vLLM engine actors")
+    name: str | None = Field(None, description="name recorded on rows; defaults to the backend")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    episode: EpisodeConfig = Field(default_factory=EpisodeConfig)
+    hf: HFConfig | None = None
+    openai: OpenAIConfig | None = None
+    vllm: VLLMConfig | None = None
+
+    @model_validator(mode="after")
+    def _one_backend_section(self) -> TeacherConfig:
+        for backend in LLM_BACKENDS:
+            section = getattr(self, backend)
+            if backend == self.backend and section is None:
+                raise ValueError(f"teacher.{backend} is required when teacher.backend is "
+                                 f"{backend!r} (allowed backends: {', '.join(TEACHER_BACKENDS)})")
+            if backend != self.backend and section is not None:
+                raise ValueError(f"teacher.{backend} is set but teacher.backend is "
+                                 f"{self.backend!r}; remove it or set backend: {backend}")
+        return self
+
+    def teacher_tokenizer(self) -> str | None:
+        """The tokenizer the teacher generates with (None for oracle and text-only endpoints)."""
+        if self.backend in ("hf", "vllm"):
+            section = getattr(self, self.backend)
+            return section.tokenizer or section.model
+        if self.backend == "openai" and self.openai.token_ids:
+            return self.openai.tokenizer
+        return None

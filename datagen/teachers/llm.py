@@ -1,0 +1,45 @@
+"""`LLMTeacher`: the Teacher interface over a turn backend that lives in this process.
+
+The chunk worker calls `rollout_batch` synchronously; this runs the batch's episodes as
+coroutines on a fresh event loop (`asyncio.run`), so the backend (an HTTP client, the HF
+micro-batcher) sees them all at once. Backend state that outlives a batch - loaded weights,
+the AIMD limit, the request cache, reusable environments - is kept on the teacher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from datagen.envs import Environment
+from datagen.teachers.base import EnvPool, Teacher
+from datagen.teachers.config import TeacherConfig
+from datagen.teachers.episode import EnvLeases, EpisodeRunner, TurnBackend
+from datagen.types import Task, Trajectory
+
+
+class LLMTeacher(Teacher):
+    """Rolls out tasks with an LLM behind `backend`, many episodes at a time."""
+
+    def __init__(self, config: TeacherConfig, backend: TurnBackend) -> None:
+        self.name = config.name or config.backend
+        self.config = config
+        self.backend = backend
+        self._pool = EnvPool()
+        self.runner = EpisodeRunner(backend, config, self.name, EnvLeases(self._pool.fresh))
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer the teacher's token ids are in (None for text-only backends)."""
+        return self.backend.tokenizer
+
+    def rollout_batch(self, tasks: list[Task], envs: EnvPool | None = None,
+                      round_: int = 0) -> list[Trajectory]:
+        """All tasks as concurrent episodes; one trajectory per task, in order. Each episode
+        leases its own environment instance (`envs` is not shared across episodes)."""
+        if not tasks:
+            return []
+        return asyncio.run(self.runner.run_batch(tasks, round_))
+
+    def rollout(self, task: Task, env: Environment, round_: int = 0) -> Trajectory:
+        return self.rollout_batch([task], None, round_)[0]

@@ -1,0 +1,70 @@
+"""Lock-step micro-batching of turn requests from concurrent episodes.
+
+A backend that generates whole batches at a time (the HF teacher: one forward pass serves
+every sequence) wants all live episodes in one batch. The batcher launches a batch when every
+live episode is waiting for its turn, or when `max_batch` requests wait - no timer, so a batch
+never waits longer than the slowest episode's environment step, and never goes out half-empty
+while an episode is merely busy with its tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Callable
+
+from datagen.teachers.base import describe_exception
+from datagen.teachers.episode import Generation, TurnRequest
+
+BatchFn = Callable[[list[TurnRequest]], list[Generation]]
+
+
+class MicroBatcher:
+    """Collects `submit`ted requests into batches for a synchronous `run` (run in a thread,
+    one batch at a time: the model is one device). Episodes report start and finish so the
+    batcher knows how many requests to expect."""
+
+    def __init__(self, run: BatchFn, max_batch: int) -> None:
+        self.run = run
+        self.max_batch = max_batch
+        self.live = 0
+        self.pending: list[tuple[TurnRequest, asyncio.Future]] = []
+        self.busy = False
+        self.batches = 0
+        self.batch_sizes = 0  # summed, for the mean batch size
+
+    def episode_started(self) -> None:
+        self.live += 1
+
+    def episode_finished(self) -> None:
+        self.live -= 1
+        self._maybe_launch()
+
+    async def submit(self, request: TurnRequest) -> Generation:
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append((request, future))
+        self._maybe_launch()
+        return await future
+
+    def _maybe_launch(self) -> None:
+        if self.busy or not self.pending:
+            return
+        if len(self.pending) < min(self.max_batch, self.live):
+            return  # some live episode is still stepping its environment; it will submit soon
+        batch, self.pending = self.pending[:self.max_batch], self.pending[self.max_batch:]
+        self.busy = True
+        asyncio.get_running_loop().create_task(self._run(batch))
+
+    async def _run(self, batch: list[tuple[TurnRequest, asyncio.Future]]) -> None:
+        requests = [request for request, _ in batch]
+        try:
+            results = await asyncio.to_thread(self.run, requests)
+        except Exception as exc:  # e.g. out of memory: every turn of the batch fails, as data
+            results = [Generation(error=f"batch failed: {describe_exception(exc)}")
+                       for _ in requests]
+        self.batches += 1
+        self.batch_sizes += len(requests)
+        self.busy = False
+        for (_, future), result in zip(batch, results):
+            if not future.done():
+                future.set_result(result)
+        self._maybe_launch()

@@ -1,0 +1,94 @@
+"""Checkers for the `format` keyword (date, date-time, time, email, uri, uuid, ipv4, ipv6,
+hostname). Unknown formats are annotations and pass, as JSON Schema says.
+
+The checks are a little more lenient than RFC 3339 where teacher models are routinely lenient
+and the meaning is still unambiguous: a date-time may omit seconds or the UTC offset and may
+use a space instead of `T`. A wrong calendar date (2024-02-30) or a malformed email is still
+an error.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from datetime import date
+from typing import Callable
+
+_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_TIME = re.compile(r"(\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:?\d{2})?")
+_DATETIME = re.compile(_DATE.pattern + r"[Tt ]" + _TIME.pattern)
+_EMAIL = re.compile(r"[^@\s]+@[^@\s.]+(?:\.[^@\s.]+)+")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\s]+")
+_UUID = re.compile(r"[0-9a-fA-F]{8}(?:-?[0-9a-fA-F]{4}){3}-?[0-9a-fA-F]{12}")
+_HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                       r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
+
+
+def _valid_date(year: str, month: str, day: str) -> bool:
+    try:
+        date(int(year), int(month), int(day))
+    except ValueError:
+        return False
+    return True
+
+
+def _valid_time(hour: str, minute: str, second: str | None) -> bool:
+    return int(hour) < 24 and int(minute) < 60 and (second is None or int(second) <= 60)
+
+
+def is_date(text: str) -> bool:
+    match = _DATE.fullmatch(text)
+    return bool(match) and _valid_date(*match.groups())
+
+
+def is_time(text: str) -> bool:
+    match = _TIME.fullmatch(text)
+    return bool(match) and _valid_time(*match.groups())
+
+
+def is_date_time(text: str) -> bool:
+    match = _DATETIME.fullmatch(text)
+    if not match:
+        return False
+    year, month, day, hour, minute, second = match.groups()
+    return _valid_date(year, month, day) and _valid_time(hour, minute, second)
+
+
+def _is_ip(version: int) -> Callable[[str], bool]:
+    def check(text: str) -> bool:
+        try:
+            return ipaddress.ip_address(text).version == version
+        except ValueError:
+            return False
+    return check
+
+
+def _matches(pattern: re.Pattern) -> Callable[[str], bool]:
+    return lambda text: pattern.fullmatch(text) is not None
+
+
+FORMAT_CHECKERS: dict[str, Callable[[str], bool]] = {
+    "date": is_date,
+    "time": is_time,
+    "date-time": is_date_time,
+    "datetime": is_date_time,
+    "email": _matches(_EMAIL),
+    "idn-email": _matches(_EMAIL),
+    "uri": _matches(_URI),
+    "url": _matches(_URI),
+    "iri": _matches(_URI),
+    "uuid": _matches(_UUID),
+    "ipv4": _is_ip(4),
+    "ipv6": _is_ip(6),
+    "hostname": _matches(_HOSTNAME),
+}
+
+# A valid sample per format, for mutators that must invent a value.
+FORMAT_SAMPLES: dict[str, str] = {
+    "date": "2024-03-15", "time": "09:30:00", "date-time": "2024-03-15T09:30:00Z",
+    "datetime": "2024-03-15T09:30:00Z", "email": "alex.morgan@example.com",
+    "idn-email": "alex.morgan@example.com", "uri": "https://example.com/items/1",
+    "url": "https://example.com/items/1", "iri": "https://example.com/items/1",
+    "uuid": "123e4567-e89b-42d3-a456-426614174000", "ipv4": "10.0.0.1", "ipv6": "::1",
+    "hostname": "example.com",
+}

@@ -1,0 +1,157 @@
+"""Questions about normalised schemas that both the validator and the mutators ask.
+
+- Which keys may an object have, and is it closed? (`KeyPolicy`, `group_policy`)
+- Which JSON types can a value have here? (`accepted_types`)
+
+Closed objects. Tool calls are validated as closed objects: a key the schema does not declare
+is an error unless the schema allows additional properties. "Declares" is read generously,
+because specs split objects over `allOf`/`anyOf` branches and `$ref`s: the declared keys of an
+object are its own `properties` and `required` keys plus those of its `allOf` branches, and of
+the `anyOf`/`oneOf` branch the value matches. Each schema in that group votes: explicit
+`additionalProperties: false` or declared `properties` vote "closed"; `additionalProperties:
+true` or a schema votes "open" (an explicit open beats a closed); a schema that says neither
+(`{"type": "object"}`) does not vote. An object nobody votes on is free-form (open).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mutators.jsonvalues import json_type
+from mutators.schema import Node
+
+OPEN, CLOSED = "open", "closed"
+_ALL_TYPES = frozenset(("string", "integer", "number", "boolean", "object", "array", "null"))
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPolicy:
+    """What keys an object may have: `declared` names and `patterns`; anything else is
+    validated against `extra` when set, rejected when `vote` is CLOSED, accepted otherwise."""
+
+    declared: frozenset[str] = frozenset()
+    patterns: tuple[re.Pattern, ...] = ()
+    vote: str | None = None
+    extra: Node | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self.vote == CLOSED and self.extra is None
+
+    def is_declared(self, key: str) -> bool:
+        return key in self.declared or bool(self.patterns) and any(
+            p.search(key) for p in self.patterns)
+
+
+def merge_policies(first: KeyPolicy, second: KeyPolicy) -> KeyPolicy:
+    """Both schemas apply to the same object: declared keys add up, an open vote wins."""
+    votes = (first.vote, second.vote)
+    vote = OPEN if OPEN in votes else CLOSED if CLOSED in votes else None
+    return KeyPolicy(first.declared | second.declared, first.patterns + second.patterns,
+                     vote, first.extra or second.extra)
+
+
+def own_policy(node: Node) -> KeyPolicy:
+    """The policy from `node`'s own keywords (no branches)."""
+    declared = frozenset(node.properties) | frozenset(node.required)
+    patterns = tuple(pattern for pattern, _ in node.pattern_properties)
+    if node.additional is False:
+        vote, extra = CLOSED, None
+    elif node.additional is True:
+        vote, extra = OPEN, None
+    elif isinstance(node.additional, Node):
+        vote, extra = OPEN, node.additional
+    else:
+        vote, extra = (CLOSED if node.has_properties else None), None
+    return KeyPolicy(declared, patterns, vote, extra)
+
+
+def _object_capable(node: Node) -> bool:
+    types = accepted_types(node)
+    return types is None or "object" in types
+
+
+def union_policy(branches: tuple[Node, ...], seen: frozenset[int] = frozenset()) -> KeyPolicy:
+    """The policy of "one of these branches" when we do not know which one matched: every
+    declared key counts; closed only if every branch that accepts objects is closed."""
+    policies = [group_policy(b, seen) for b in branches if _object_capable(b)]
+    declared = frozenset().union(*(p.declared for p in policies)) if policies else frozenset()
+    patterns = tuple(p for policy in policies for p in policy.patterns)
+    votes = [p.vote for p in policies]
+    vote = OPEN if OPEN in votes else CLOSED if votes and all(v == CLOSED for v in votes) else None
+    extra = next((p.extra for p in policies if p.extra is not None), None)
+    return KeyPolicy(declared, patterns, vote, extra)
+
+
+def base_policy(node: Node, seen: frozenset[int] = frozenset()) -> KeyPolicy:
+    """`node`'s own policy merged with its `allOf` branches (not its `anyOf` branches)."""
+    seen = seen | {id(node)}
+    policy = own_policy(node)
+    for branch in node.all_of:
+        if id(branch) not in seen:
+            policy = merge_policies(policy, group_policy(branch, seen))
+    return policy
+
+
+def group_policy(node: Node, seen: frozenset[int] = frozenset()) -> KeyPolicy:
+    """The policy of `node` including all its branches (anyOf read as a union)."""
+    if not seen:
+        if "group_policy" not in node.memo:
+            node.memo["group_policy"] = _group_policy(node, seen)
+        return node.memo["group_policy"]
+    return _group_policy(node, seen)
+
+
+def _group_policy(node: Node, seen: frozenset[int]) -> KeyPolicy:
+    policy = base_policy(node, seen)
+    if node.any_of and id(node) not in seen:
+        policy = merge_policies(policy, union_policy(node.any_of, seen | {id(node)}))
+    return policy
+
+
+def accepted_types(node: Node, seen: frozenset[int] = frozenset()) -> frozenset[str] | None:
+    """The JSON types a value may have at `node` (None: any). 'number' implies 'integer'."""
+    if not seen:
+        if "accepted_types" not in node.memo:
+            node.memo["accepted_types"] = _accepted_types(node, seen)
+        return node.memo["accepted_types"]
+    return _accepted_types(node, seen)
+
+
+def _accepted_types(node: Node, seen: frozenset[int]) -> frozenset[str] | None:
+    if node.never:
+        return frozenset()
+    if id(node) in seen:
+        return None
+    seen = seen | {id(node)}
+    types: frozenset[str] | None = None
+    if node.types is not None:
+        types = frozenset(node.types) | ({"integer"} if "number" in node.types else set())
+    elif node.enum is not None or node.const is not None:
+        values = node.enum if node.enum is not None else node.const
+        types = frozenset(json_type(v) for v in values)
+        types |= {"integer"} if "number" in types else set()
+    for branch in node.all_of:
+        branch_types = accepted_types(branch, seen)
+        if branch_types is not None:
+            types = branch_types if types is None else types & branch_types
+    if node.any_of:
+        union: frozenset[str] | None = frozenset()
+        for branch in node.any_of:
+            branch_types = accepted_types(branch, seen)
+            union = None if branch_types is None or union is None else union | branch_types
+        if union is not None:
+            types = union if types is None else types & union
+    return types
+
+
+def describe_types(types: frozenset[str] | tuple[str, ...] | None) -> str:
+    """'integer', 'string or null', 'integer, string or null' in canonical order."""
+    if types is None:
+        return "any value"
+    ordered = [t for t in ("string", "number", "integer", "boolean", "object", "array", "null")
+               if t in types and not (t == "integer" and "number" in types)]
+    if not ordered:
+        return "nothing (schema accepts no value)"
+    return ordered[0] if len(ordered) == 1 else ", ".join(ordered[:-1]) + " or " + ordered[-1]

@@ -1,0 +1,148 @@
+"""Small helpers for JSON-shaped Python values: type tags, equality, copies, paths, rendering.
+
+Python values are not JSON values: `True == 1`, tuples look like lists, floats can be NaN. The
+validator and the mutators both need one answer to "what JSON type is this?" and "are these two
+values the same JSON value?", so they live here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+from typing import Any
+
+import orjson
+
+# The JSON type of a value, by its exact Python type (the fast path); subclasses go through
+# `json_type`. A tuple counts as an array: calls built in Python code often carry tuples.
+PY_TYPE_TAG: dict[type, str] = {
+    str: "string", bool: "boolean", int: "integer", float: "number",
+    dict: "object", list: "array", tuple: "array", type(None): "null",
+}
+NOT_JSON = "non-JSON"
+
+Path = tuple  # a path inside the arguments: keys (str) and list indices (int)
+
+
+def json_type(value: Any) -> str:
+    """'string' | 'integer' | 'number' | 'boolean' | 'object' | 'array' | 'null' | 'non-JSON'.
+
+    Floats are 'number' even when integral; bool is never 'integer'."""
+    tag = PY_TYPE_TAG.get(type(value))
+    if tag is not None:
+        return tag
+    for py_type in (bool, int, float, str, dict, list, tuple):  # bool before int on purpose
+        if isinstance(value, py_type):
+            return PY_TYPE_TAG[py_type]
+    return NOT_JSON
+
+
+def type_label(value: Any) -> str:
+    """The JSON type name used in error messages (`non-JSON set` for foreign objects)."""
+    tag = json_type(value)
+    return f"non-JSON {type(value).__name__}" if tag == NOT_JSON else tag
+
+
+def non_json_reason(value: Any) -> str | None:
+    """Why `value` (recursively) is not representable as JSON, or None when it is."""
+    tag = json_type(value)
+    if tag == NOT_JSON:
+        return f"non-JSON value of type {type(value).__name__}"
+    if tag == "number" and not math.isfinite(value):
+        return f"non-finite number {value!r}"
+    if tag == "object":
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"non-string key {key!r}"
+            reason = non_json_reason(item)
+            if reason:
+                return reason
+    elif tag == "array":
+        for item in value:
+            reason = non_json_reason(item)
+            if reason:
+                return reason
+    return None
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """JSON equality: 1 == 1.0, but True != 1; a tuple equals the list with the same items."""
+    ta, tb = json_type(a), json_type(b)
+    numeric = ("integer", "number")
+    if ta in numeric and tb in numeric:
+        return a == b
+    if ta != tb:
+        return False
+    if ta == "object":
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if ta == "array":
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of dicts/lists/tuples (tuples become lists); other values are shared."""
+    if isinstance(value, dict):
+        return {key: copy_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [copy_json(item) for item in value]
+    return value
+
+
+def render(value: Any, limit: int = 60) -> str:
+    """A short JSON rendering of `value` for messages (falls back to repr)."""
+    try:
+        text = orjson.dumps(value).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_PLAIN_KEY = re.compile(r"[\w\-$@]+")
+
+
+def _format_key(key: Any) -> str:
+    if isinstance(key, int) and not isinstance(key, bool):
+        return f"[{key}]"
+    text = key if isinstance(key, str) else repr(key)
+    if _PLAIN_KEY.fullmatch(text):
+        return "." + text
+    return f"[{render(text, 1000)}]"
+
+
+@lru_cache(maxsize=8192)
+def _format_parts(parts: Path, root: str) -> str:
+    return root + "".join(_format_key(part) for part in parts)
+
+
+def format_path(parts: Path, root: str = "arguments") -> str:
+    """`("filters", "status")` -> `arguments.filters.status`; indices as `[0]`; odd keys quoted."""
+    try:
+        return _format_parts(parts, root)
+    except TypeError:  # an unhashable key (only in malformed input)
+        return root + "".join(_format_key(part) for part in parts)
+
+
+def get_at(value: Any, parts: Path) -> Any:
+    """The value at `parts` inside `value` (KeyError/IndexError when absent)."""
+    for part in parts:
+        value = value[part]
+    return value
+
+
+def set_at(value: Any, parts: Path, new: Any) -> None:
+    """Set the value at `parts` (the parent must exist); mutates `value` in place."""
+    get_at(value, parts[:-1])[parts[-1]] = new
+
+
+def delete_at(value: Any, parts: Path) -> None:
+    """Delete the key or index at `parts`; mutates `value` in place."""
+    del get_at(value, parts[:-1])[parts[-1]]
+
+
+def rename_key(obj: dict, old: str, new: str) -> None:
+    """Rename `old` to `new` in place, keeping the key's position (order matters to readers)."""
+    items = [(new if key == old else key, item) for key, item in obj.items()]
+    obj.clear()
+    obj.update(items)

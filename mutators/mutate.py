@@ -1,0 +1,151 @@
+"""`mutate` / `mutate_report`: typed hard negatives for one correct tool call.
+
+For each requested kind the kind's operators propose candidates, the candidates are ordered
+with an RNG seeded from (seed, kind) (so asking for extra kinds does not change the core
+ones), and the first candidate that passes the kind's test becomes the negative. A kind with
+no such candidate is reported in `MutationReport.impossible` with the reason, never faked.
+Nothing here raises: a malformed call or spec, or a failing operator, becomes a reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import replace
+from typing import Any, Iterable, Mapping, Sequence
+
+from mutators import extra_kinds, hallucinated_key, logical_error, type_error
+from mutators.jsonvalues import copy_json
+from mutators.negative import (ALL_KINDS, KINDS, KindSpec, MutationContext, MutationReport,
+                               Negative, Operator)
+from mutators.outcome import OutcomeProbe
+from mutators.slots import walk
+from mutators.validate import (ToolInfo, ValidationError, call_arguments, load_tool,
+                               validate_with)
+
+SPECS: dict[str, KindSpec] = {
+    "type_error": type_error.SPEC,
+    "hallucinated_key": hallucinated_key.SPEC,
+    "logical_error": logical_error.SPEC,
+    "wrong_function": extra_kinds.WRONG_FUNCTION,
+    "missing_required": extra_kinds.MISSING_REQUIRED,
+}
+MAX_PROPOSED = 2000   # candidates proposed per kind (a huge call is not enumerated fully)
+MAX_TRIED = 64        # candidates validated per kind before giving up
+
+
+def _context(call: Any, tool: Any, env: Any, other_tools: Iterable[Any] | None,
+             ) -> MutationContext | str:
+    """The shared context, or why the call cannot be mutated at all."""
+    loaded = load_tool(tool)
+    if isinstance(loaded, ValidationError):
+        return f"the tool spec is malformed: {loaded.message}"
+    name, arguments, malformed = call_arguments(call)
+    if malformed is not None:
+        return f"the call is malformed: {malformed.message}"
+    errors = validate_with(call, loaded)
+    if errors:
+        shown = "; ".join(e.message for e in errors[:3])
+        return f"the original call is invalid ({shown}); negatives need a valid original"
+    others = [info for info in map(load_tool, _tool_list(other_tools, env))
+              if isinstance(info, ToolInfo) and info.name != loaded.name]
+    canonical = {"name": name, "arguments": copy_json(arguments)}
+    return MutationContext(canonical, loaded, walk(canonical["arguments"], loaded.schema),
+                           random.Random(0), env, others)
+
+
+def _tool_list(other_tools: Iterable[Any] | None, env: Any) -> list[Any]:
+    """`other_tools`, else the environment's own `tools()`; [] when neither is usable."""
+    try:
+        if other_tools is None and callable(getattr(env, "tools", None)):
+            other_tools = env.tools()
+        return list(other_tools or ())
+    except Exception:  # noqa: BLE001 - a broken tool list only costs borrowed keys
+        return []
+
+
+def can_execute(env: Any) -> bool:
+    """Whether `env` can run calls from a snapshot (otherwise only `alternatives` is used and
+    logical errors are not verified: `outcome_changed` stays None)."""
+    return all(callable(getattr(env, name, None)) for name in ("snapshot", "restore", "step"))
+
+
+def _run_kind(spec: KindSpec, ctx: MutationContext) -> Negative | str:
+    proposed = itertools.chain.from_iterable(operator(ctx) for operator in spec.operators)
+    candidates = list(itertools.islice(proposed, MAX_PROPOSED))
+    if not candidates:
+        return spec.impossible(ctx)
+    tried = 0
+    for candidate in spec.order(candidates, ctx.rng)[:MAX_TRIED]:
+        tried += 1
+        call = candidate.build()
+        errors = validate_with(call, ctx.tool)
+        if spec.accepts(ctx, candidate, call, errors):
+            description = candidate.description
+            if spec.outcome_checked and ctx.probe is not None and ctx.probe.last_change:
+                description = f"{description} ({ctx.probe.last_change})"
+            return Negative(
+                kind=spec.name, subkind=candidate.subkind, call=call, path=candidate.where,
+                original=copy_json(candidate.original), mutated=copy_json(candidate.mutated),
+                errors=[e.message for e in errors], schema_valid=not errors,
+                outcome_changed=True if spec.outcome_checked and ctx.probe is not None else None,
+                description=description)
+    return f"{spec.impossible(ctx)} ({tried} of {len(candidates)} candidates validated)"
+
+
+def mutate_report(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *,
+                  env: Any = None, other_tools: Iterable[dict[str, Any]] | None = None,
+                  kinds: Sequence[str] = KINDS,
+                  operators: Mapping[str, Sequence[Operator]] | None = None,
+                  max_env_checks: int = 12) -> MutationReport:
+    """Hard negatives for a valid `call` of `tool`, one per kind in `kinds` when possible,
+    and for the others the reason in `impossible`.
+
+    env: optional environment: `alternatives(call, path)` feeds wrong-entity logical errors;
+        with `snapshot`/`restore`/`step` every logical error is verified to change the
+        outcome. The environment is left exactly as found.
+    other_tools: the environment's other tool specs (borrowed keys, wrong_function);
+        defaults to `env.tools()` when the environment has that method.
+    kinds: any of ALL_KINDS; KINDS (the default) is type_error, hallucinated_key,
+        logical_error; ALL_KINDS adds wrong_function and missing_required.
+    operators: replace a kind's operators ({"logical_error": [my_operator, ...]}).
+    max_env_checks: candidate executions allowed per call for the outcome check.
+    """
+    report = MutationReport()
+    try:
+        ctx = _context(call, tool, env, other_tools)
+    except Exception as exc:  # noqa: BLE001 - errors become data, never a crash
+        ctx = f"cannot read the call or tool: {type(exc).__name__}: {exc}"
+    for kind in kinds:
+        spec = SPECS.get(kind)
+        if isinstance(ctx, str) or spec is None:
+            report.impossible[kind] = ctx if isinstance(ctx, str) else (
+                f"unknown kind {kind!r} (known: {', '.join(ALL_KINDS)})")
+            continue
+        if operators and kind in operators:
+            spec = replace(spec, operators=tuple(operators[kind]))
+        ctx.rng = random.Random(f"{seed}:{kind}")
+        ctx.probe = OutcomeProbe(env, ctx.call, max_env_checks) if (
+            spec.outcome_checked and can_execute(env)) else None
+        try:
+            result = _run_kind(spec, ctx)
+        except Exception as exc:  # noqa: BLE001
+            result = f"the {kind} mutator failed: {type(exc).__name__}: {exc}"
+        finally:
+            if ctx.probe is not None:
+                ctx.probe.close()
+        if isinstance(result, Negative):
+            report.negatives.append(result)
+        else:
+            report.impossible[kind] = result
+    return report
+
+
+def mutate(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *, env: Any = None,
+           other_tools: Iterable[dict[str, Any]] | None = None, kinds: Sequence[str] = KINDS,
+           operators: Mapping[str, Sequence[Operator]] | None = None,
+           max_env_checks: int = 12) -> list[Negative]:
+    """The negatives of `mutate_report` (at most one per kind, in `kinds` order); use
+    `mutate_report` to learn why a kind is missing."""
+    return mutate_report(call, tool, seed, env=env, other_tools=other_tools, kinds=kinds,
+                         operators=operators, max_env_checks=max_env_checks).negatives

@@ -1,0 +1,150 @@
+"""The data the mutators produce (`Negative`, `MutationReport`) and share while producing it
+(`Candidate`, `MutationContext`, `KindSpec`).
+
+A mutation kind is a list of operators plus an acceptance test: each operator proposes
+candidates (a change and the call it yields), the kind orders them with the seeded RNG, and
+the first candidate that passes the test (validated, and for logical errors executed) becomes
+the `Negative`. Operators are plain functions, so a caller can add or replace them.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable
+
+from mutators.jsonvalues import Path, copy_json, format_path
+from mutators.slots import Slot
+from mutators.validate import ToolInfo, ValidationError
+
+KINDS = ("type_error", "hallucinated_key", "logical_error")
+EXTRA_KINDS = ("wrong_function", "missing_required")
+ALL_KINDS = KINDS + EXTRA_KINDS
+
+
+@dataclass(slots=True)
+class Negative:
+    """One hard negative for a correct call.
+
+    `call` is the mutated call (`{"name", "arguments"}`), `path` where it changed
+    (`arguments.filters.status`; `name` for wrong_function), `original`/`mutated` the values
+    there. For key changes (hallucinated_key) they are the key names: the real key replaced
+    (None when a key was added) and the hallucinated one. For a dropped key `mutated` is None.
+    `errors` is what `validate` says about `call` against the original tool, `schema_valid`
+    whether that is empty. `outcome_changed` is True when an environment confirmed that
+    executing `call` gives a different observation than the original, None when not executed.
+    """
+
+    kind: str
+    subkind: str
+    call: dict[str, Any]
+    path: str
+    original: Any
+    mutated: Any
+    errors: list[str]
+    schema_valid: bool
+    outcome_changed: bool | None = None
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class MutationReport:
+    """What `mutate_report` returns: the negatives (at most one per kind, in the order the
+    kinds were asked for) and, for every kind that could not be produced, the reason."""
+
+    negatives: list[Negative] = field(default_factory=list)
+    impossible: dict[str, str] = field(default_factory=dict)
+
+    def get(self, kind: str) -> Negative | None:
+        return next((n for n in self.negatives if n.kind == kind), None)
+
+
+@dataclass(slots=True)
+class Candidate:
+    """A proposed mutation. `build()` returns the mutated call (a fresh copy each time);
+    `path` is relative to the arguments unless `path_text` says otherwise."""
+
+    subkind: str
+    path: Path
+    original: Any
+    mutated: Any
+    build: Callable[[], dict[str, Any]]
+    description: str = ""
+    path_text: str | None = None
+
+    @property
+    def where(self) -> str:
+        return self.path_text if self.path_text is not None else format_path(self.path)
+
+
+@dataclass(slots=True)
+class MutationContext:
+    """Everything an operator may look at. `call` is a private canonical copy of the original
+    call; `slots` every value in its arguments with its schema; `env` the optional
+    environment (duck-typed: alternatives/snapshot/restore/step); `probe` runs calls in it."""
+
+    call: dict[str, Any]
+    tool: ToolInfo
+    slots: list[Slot]
+    rng: random.Random
+    env: Any = None
+    other_tools: list[ToolInfo] = field(default_factory=list)
+    probe: Any = None
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        return self.call["arguments"]
+
+    def edited(self, edit: Callable[[dict[str, Any]], None]) -> Callable[[], dict[str, Any]]:
+        """A `build` function: copy the original call and apply `edit` to its arguments."""
+        def build() -> dict[str, Any]:
+            call = copy_json(self.call)
+            edit(call["arguments"])
+            return call
+        return build
+
+
+Operator = Callable[[MutationContext], Iterable[Candidate]]
+Acceptance = Callable[[MutationContext, Candidate, dict, list[ValidationError]], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class KindSpec:
+    """A mutation kind: its operators, the test a candidate must pass, the order candidates
+    are tried in, and the reason given when no candidate exists at all."""
+
+    name: str
+    operators: tuple[Operator, ...]
+    accepts: Acceptance
+    impossible: Callable[[MutationContext], str]
+    order: Callable[[list[Candidate], random.Random], list[Candidate]]
+    outcome_checked: bool = False
+
+
+def interleave_by(candidates: list[Candidate], rng: random.Random,
+                  group: Callable[[Candidate], Any], shuffle_within: bool = True,
+                  prefer: Callable[[Candidate], bool] | None = None) -> list[Candidate]:
+    """Shuffle the groups (e.g. subkinds) and, optionally, each group (the `prefer`red ones
+    first); then take one from each group in turn. Every group gets the same chance to be
+    first, however many candidates it has; later ones are the fallbacks when one fails."""
+    groups: dict[Any, list[Candidate]] = {}
+    for candidate in candidates:
+        groups.setdefault(group(candidate), []).append(candidate)
+    order = list(groups.values())
+    rng.shuffle(order)
+    if shuffle_within:
+        for members in order:
+            rng.shuffle(members)
+            if prefer is not None:
+                members.sort(key=lambda c: not prefer(c))
+    result: list[Candidate] = []
+    for round_index in range(max((len(m) for m in order), default=0)):
+        result.extend(m[round_index] for m in order if round_index < len(m))
+    return result
+
+
+def by_subkind(candidates: list[Candidate], rng: random.Random) -> list[Candidate]:
+    return interleave_by(candidates, rng, lambda c: c.subkind)

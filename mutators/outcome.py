@@ -1,0 +1,118 @@
+"""Execute candidate calls in an environment to see whether they change the outcome.
+
+The environment is duck-typed and never imported: `snapshot() -> state`, `restore(state)`,
+`step(call) -> obs` with `obs.content` and `obs.error`. Every call runs from the same
+snapshot (restored before each step), and `close()` restores it, so the environment is left
+exactly as it was found. A candidate whose step raises is a failed candidate, not a crash.
+
+"The outcome changed" means the observation differs, or the state after the step differs
+(a `create_*` call often answers "created E-5" whatever its arguments). The original is run
+twice first: if its observations differ the environment is not deterministic and nothing can
+be verified; if only its after-states differ, states are not comparable (an opaque snapshot
+without equality) and only observations are compared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from mutators.jsonvalues import copy_json
+
+_UNSET = object()
+
+
+def observation_key(obs: Any) -> Any:
+    """What "the same observation" means: equal content and equal error."""
+    if hasattr(obs, "content"):
+        return (getattr(obs, "content", None), getattr(obs, "error", None))
+    try:
+        return orjson.dumps(obs, option=orjson.OPT_SORT_KEYS, default=repr)
+    except (TypeError, orjson.JSONEncodeError):
+        return repr(obs)
+
+
+def _same_state(first: Any, second: Any) -> bool:
+    try:
+        return bool(first == second)
+    except Exception:  # noqa: BLE001 - e.g. numpy arrays: not comparable, treat as unequal
+        return False
+
+
+class OutcomeProbe:
+    """Compares the observation of candidate calls with the original's, from one snapshot.
+    At most `budget` candidates are executed; `failure` says why probing is impossible."""
+
+    def __init__(self, env: Any, original_call: dict[str, Any], budget: int = 12) -> None:
+        self.env = env
+        self.original = copy_json(original_call)
+        self.budget = budget
+        self.used = 0
+        self.failure: str | None = None
+        self._state: Any = _UNSET
+        self._baseline: Any = _UNSET
+        self._states_comparable = False
+        self.last_change = ""
+
+    def _run(self, call: dict[str, Any]) -> tuple[Any, Any]:
+        """(observation key, state after) of `call` executed from the snapshot."""
+        self.env.restore(self._state)
+        observation = observation_key(self.env.step(copy_json(call)))
+        return observation, self.env.snapshot()
+
+    def _ready(self) -> bool:
+        """Snapshot and run the original twice, once; False (with `failure`) if impossible."""
+        if self._baseline is not _UNSET or self.failure is not None:
+            return self.failure is None
+        try:
+            self._state = self.env.snapshot()
+        except Exception as exc:  # noqa: BLE001 - any env failure becomes a reason
+            self.failure = f"env.snapshot() failed: {type(exc).__name__}: {exc}"
+            return False
+        try:
+            first, second = self._run(self.original), self._run(self.original)
+        except Exception as exc:  # noqa: BLE001
+            self.failure = f"env.step raised on the original call: {type(exc).__name__}: {exc}"
+            return False
+        if first[0] != second[0]:
+            self.failure = ("the environment is not deterministic (the original call gave two "
+                            "different observations), so a changed outcome cannot be verified")
+            return False
+        self._states_comparable = _same_state(first[1], second[1])
+        self._baseline = first
+        return True
+
+    def changes_outcome(self, call: dict[str, Any]) -> bool:
+        """True when `call` executes to a different observation (or after-state) than the
+        original; `last_change` then says which."""
+        if not self._ready() or self.used >= self.budget:
+            return False
+        self.used += 1
+        try:
+            observation, state = self._run(call)
+        except Exception:  # noqa: BLE001 - a candidate that crashes the env is just rejected
+            return False
+        if observation != self._baseline[0]:
+            self.last_change = "observation differs"
+            return True
+        if self._states_comparable and not _same_state(state, self._baseline[1]):
+            self.last_change = "state after the call differs"
+            return True
+        return False
+
+    def describe_failure(self) -> str:
+        if self.failure is not None:
+            return self.failure
+        if self.used >= self.budget:
+            return (f"none of the {self.used} candidates executed (the budget) changed the "
+                    "outcome (observation or state)")
+        return "no executed candidate changed the outcome (observation or state)"
+
+    def close(self) -> None:
+        """Leave the environment as it was found (restore the snapshot, if one was taken)."""
+        if self._state is not _UNSET:
+            try:
+                self.env.restore(self._state)
+            except Exception as exc:  # noqa: BLE001
+                self.failure = self.failure or f"env.restore() failed: {exc}"

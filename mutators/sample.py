@@ -1,0 +1,104 @@
+"""Plausible values for a schema node, for mutators that must invent one (a borrowed key, an
+argument of another tool, an optional key written under a hallucinated name).
+
+The value should look like what a model would write: the schema's own const, enum, default or
+example first, then a format sample, then a guess from the key's name (`*_id`, `email`,
+`date`...), then a type-appropriate placeholder within the schema's bounds. Callers validate
+whatever comes out; a value that misses a `pattern` is simply rejected there.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from mutators.formats import FORMAT_SAMPLES
+from mutators.jsonvalues import copy_json
+from mutators.schema import Node
+
+_KEY_HINTS: tuple[tuple[str, Any], ...] = (
+    ("email", "alex.morgan@example.com"), ("date", "2024-03-15"),
+    ("time", "2024-03-15T09:30:00Z"), ("url", "https://example.com/items/1"),
+    ("uri", "https://example.com/items/1"), ("path", "/data/report.txt"),
+    ("file", "/data/report.txt"), ("dir", "/data"), ("phone", "+1-555-0100"),
+    ("name", "Alex Morgan"), ("query", "recent orders"), ("sql", "SELECT 1"),
+    ("status", "active"), ("city", "Berlin"), ("country", "DE"), ("currency", "EUR"),
+    ("id", "1001"),
+)
+
+
+def _string(node: Node, key: str) -> str:
+    text = FORMAT_SAMPLES.get(node.format or "")
+    if text is None:
+        lower = key.lower()
+        text = next((hint for word, hint in _KEY_HINTS if word in lower and isinstance(hint, str)),
+                    "example")
+    low, high = node.min_length or 0, node.max_length
+    if len(text) < low:
+        text = text + "x" * (low - len(text))
+    if high is not None and len(text) > high:
+        text = text[:high]
+    return text
+
+
+def _number(node: Node, integer: bool) -> int | float:
+    step = 1 if integer else 0.5
+    low, high = node.minimum, node.maximum
+    if low is None and node.exclusive_minimum is not None:
+        low = node.exclusive_minimum + step
+    if high is None and node.exclusive_maximum is not None:
+        high = node.exclusive_maximum - step
+    value: float = 1 if low is None else low
+    if high is not None and value > high:
+        value = high
+    if integer:
+        return math.ceil(value)
+    return float(value)
+
+
+def _first_type(node: Node, key: str) -> str | None:
+    if node.types:
+        non_null = [t for t in node.types if t != "null"]
+        return non_null[0] if non_null else "null"
+    lower = key.lower()
+    if lower.startswith(("is_", "has_", "include", "enable")):
+        return "boolean"
+    if lower in ("limit", "count", "page", "offset", "top_k", "n") or lower.endswith("_count"):
+        return "integer"
+    return "string"
+
+
+def sample_value(node: Node, rng: random.Random, key: str = "", depth: int = 0) -> Any:
+    """A plausible value for `node` (see the module docstring); `key` is the name it goes
+    under. Deterministic given `rng`'s state."""
+    if node.const is not None:
+        return copy_json(node.const[0])
+    if node.enum:
+        return copy_json(rng.choice(node.enum))
+    if node.default is not None:
+        return copy_json(node.default[0])
+    if node.examples:
+        return copy_json(node.examples[0])
+    branches = [b for b in node.any_of if b.types != ("null",)] or list(node.any_of)
+    if branches and depth < 6:
+        return sample_value(branches[0], rng, key, depth + 1)
+    if node.all_of and node.types is None and depth < 6:
+        return sample_value(node.all_of[0], rng, key, depth + 1)
+    kind = _first_type(node, key)
+    if kind == "string":
+        return _string(node, key)
+    if kind in ("integer", "number"):
+        return _number(node, kind == "integer")
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        item = node.items or (node.prefix_items[0] if node.prefix_items else Node())
+        count = max(node.min_items or 0, 1) if depth < 6 else 0
+        return [sample_value(item, rng, key.rstrip("s"), depth + 1) for _ in range(count)]
+    if kind == "object":
+        if depth >= 6:
+            return {}
+        return {name: sample_value(node.properties.get(name, Node()), rng, name, depth + 1)
+                for name in node.required}
+    return None

@@ -1,0 +1,120 @@
+"""type_error: a value somewhere in the arguments replaced by a plausible value of the wrong
+JSON type, the kind of slip a model makes: "42" for an integer, 42 for a numeric string id,
+a bare item for an array, a JSON string for an object, "true" for a boolean.
+
+The replacement must be rejected by every alternative the schema allows at that spot (type
+lists, anyOf/oneOf branches, nullable), so candidates are checked against the slot's accepted
+types, and the kind only accepts a candidate that `validate` reports as a type error at
+exactly that path.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator
+
+import orjson
+
+from mutators.introspect import accepted_types
+from mutators.jsonvalues import json_type, set_at
+from mutators.negative import (Candidate, KindSpec, MutationContext, interleave_by)
+from mutators.validate import ValidationError
+
+_NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
+_DIGITS = re.compile(r"\d+")
+
+
+def _from_number(value: int | float) -> list[Any]:
+    text = str(value) if json_type(value) == "integer" else repr(value)
+    return [text, [value], {"value": value}]
+
+
+def _from_string(value: str) -> list[Any]:
+    wrong: list[Any] = []
+    if _NUMBER.fullmatch(value.strip()):
+        number = float(value)
+        wrong.append(int(number) if number.is_integer() and "." not in value else number)
+    elif (digits := _DIGITS.findall(value)):
+        wrong.append(int(digits[-1]))
+    if value.strip().lower() in ("true", "false", "yes", "no"):
+        wrong.append(value.strip().lower() in ("true", "yes"))
+    wrong.extend([[value], None])  # a list around it; null where a string was needed
+    return wrong
+
+
+def _from_array(value: list) -> list[Any]:
+    wrong: list[Any] = []
+    if value and json_type(value[0]) not in ("object", "array"):
+        wrong.append(value[0])
+    wrong.append(", ".join(str(item) for item in value))
+    wrong.append({"items": list(value)})
+    return wrong
+
+
+def _from_object(value: dict) -> list[Any]:
+    try:
+        text = orjson.dumps(value).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        text = str(value)
+    return [text, [value], list(value.values())]
+
+
+def wrong_values(value: Any) -> list[Any]:
+    """Plausible wrong-typed stand-ins for `value`, most plausible first."""
+    tag = json_type(value)
+    if tag in ("integer", "number"):
+        return _from_number(value)
+    if tag == "string":
+        return _from_string(value)
+    if tag == "boolean":
+        return [str(value).lower(), int(value), {"enabled": value}]
+    if tag == "array":
+        return _from_array(value)
+    if tag == "object":
+        return _from_object(value)
+    if tag == "null":
+        return ["null", "", 0]
+    return []
+
+
+def _accepts_type(types: frozenset[str], value: Any) -> bool:
+    tag = json_type(value)
+    return tag in types or (tag == "number" and "integer" in types and float(value).is_integer())
+
+
+def wrong_type(ctx: MutationContext) -> Iterator[Candidate]:
+    """Every (slot, wrong value) pair whose value no alternative of the slot's schema accepts."""
+    for slot in ctx.slots[1:]:  # not the arguments object itself
+        types = accepted_types(slot.node)
+        if types is None or not types:
+            continue
+        tag = json_type(slot.value)
+        expected = tag if tag in types or tag not in ("integer", "number") else "number"
+        for wrong in wrong_values(slot.value):
+            if _accepts_type(types, wrong):
+                continue
+            yield Candidate(
+                subkind=f"{json_type(wrong)}_for_{expected}", path=slot.parts,
+                original=slot.value, mutated=wrong,
+                build=ctx.edited(lambda args, p=slot.parts, new=wrong: set_at(args, p, new)),
+                description=f"{json_type(wrong)} where the schema expects {expected}")
+
+
+def accepts(ctx: MutationContext, candidate: Candidate, call: dict,
+            errors: list[ValidationError]) -> bool:
+    """A type error reported at exactly the mutated path."""
+    return any(e.reason == "type" and e.path == candidate.where for e in errors)
+
+
+def impossible(ctx: MutationContext) -> str:
+    if len(ctx.slots) <= 1:
+        return "the call has no argument values to give a wrong type"
+    return "no argument value has a type constraint (the schema accepts any type there)"
+
+
+def order(candidates: list[Candidate], rng) -> list[Candidate]:
+    """A random slot first; within a slot, the most plausible wrong value first."""
+    return interleave_by(candidates, rng, lambda c: c.path, shuffle_within=False)
+
+
+SPEC = KindSpec("type_error", (wrong_type,), accepts, impossible, order)

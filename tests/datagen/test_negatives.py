@@ -1,0 +1,104 @@
+"""The hard-negative stage on real rollouts of every built-in environment."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from datagen.config import NegativesConfig
+from datagen.negatives import NegativeStage
+from datagen.teachers import EnvPool
+from datagen.envs import make_env
+from mutators import mutate_report, validate
+from tests.datagen.helpers import BUILTIN_ENVS, oracle_trajectories
+
+
+@pytest.fixture(scope="module")
+def batches():
+    out = {}
+    for env in BUILTIN_ENVS:
+        trajectories = oracle_trajectories(40, envs=(env,))
+        out[env] = (trajectories, NegativeStage(NegativesConfig(), run_seed=0)
+                    .run(trajectories, EnvPool()))
+    return out
+
+
+@pytest.mark.parametrize("env", BUILTIN_ENVS)
+def test_each_negative_is_what_its_kind_says(batches, env):
+    trajectories, batch = batches[env]
+    assert batch.negatives and batch.errors == 0
+    for row in batch.negatives:
+        original, mutated = orjson.loads(row["original"]), orjson.loads(row["mutated"])
+        assert mutated != original
+        if row["kind"] == "logical_error":
+            assert row["schema_valid"] and row["errors"] == []
+            assert row["outcome_changed"] is True
+        else:
+            assert not row["schema_valid"] and row["errors"]
+            reason = "unknown key" if row["kind"] == "hallucinated_key" else "expected"
+            assert any(reason in error for error in row["errors"]), row
+    calls = sum(1 for t in trajectories for s in t.steps if s.call is not None)
+    for kind, counts in batch.stats()["kinds"].items():
+        assert counts["produced"] + counts["impossible"] == calls
+        assert counts["impossible"] <= 0.3 * calls, (kind, batch.stats())
+
+
+def test_preference_pairs_cut_the_trajectory_at_the_step(batches):
+    from datagen.chat import render_trajectory
+
+    trajectories, batch = batches["enterprise"]
+    by_id = {t.id: t for t in trajectories}
+    for pair in batch.preferences[:200]:
+        text, _ = render_trajectory(by_id[pair["trajectory_id"]])
+        assert text.startswith(pair["prompt_text"] + pair["chosen_text"])
+        assert pair["prompt_text"].endswith("<|im_start|>assistant\n")
+        assert pair["chosen_text"] != pair["rejected_text"]
+        assert pair["rejected"][0]["content"] == pair["chosen"][0]["content"]  # same reasoning
+        assert pair["prompt"][-1]["role"] in ("user", "tool")
+
+
+def test_negatives_are_deterministic(batches):
+    trajectories, batch = batches["sql"]
+    again = NegativeStage(NegativesConfig(), run_seed=0).run(trajectories, EnvPool())
+    assert again.negatives == batch.negatives and again.preferences == batch.preferences
+    other = NegativeStage(NegativesConfig(), run_seed=1).run(trajectories, EnvPool())
+    assert other.negatives != batch.negatives
+
+
+def _sample_call(tool: dict) -> dict | None:
+    """A call with every required argument filled from its schema (enum, format, type)."""
+    params = tool["function"]["parameters"]
+    arguments = {}
+    for key in params.get("required", []):
+        schema = params["properties"][key]
+        if "enum" in schema:
+            arguments[key] = schema["enum"][0]
+        elif schema.get("type") == "integer":
+            arguments[key] = max(schema.get("minimum", 1), 1)
+        elif schema.get("type") == "boolean":
+            arguments[key] = True
+        elif schema.get("type") == "array":
+            arguments[key] = []
+        elif schema.get("format") == "email":
+            arguments[key] = "sam@example.com"
+        elif schema.get("format") == "date":
+            arguments[key] = "2026-01-05"
+        else:
+            arguments[key] = "/tmp/a" if "^[/~]" in schema.get("pattern", "") else "x1"
+    call = {"name": tool["function"]["name"], "arguments": arguments}
+    return call if not validate(call, tool) else None
+
+
+@pytest.mark.parametrize("env_name", BUILTIN_ENVS)
+def test_mutators_run_over_every_tool_of_every_environment(batches, env_name):
+    env = make_env(env_name)
+    trajectories, _ = batches[env_name]
+    gold_calls = {s.call.name: s.call.as_dict() for t in trajectories for s in t.steps if s.call}
+    for tool in env.tools():
+        name = tool["function"]["name"]
+        call = gold_calls.get(name) or _sample_call(tool)
+        assert call is not None, f"no valid call for {env_name}.{name}"
+        report = mutate_report(call, tool, seed=0, other_tools=env.tools())
+        assert {n.kind for n in report.negatives} | set(report.impossible) == {
+            "type_error", "hallucinated_key", "logical_error"}
+        assert report.get("hallucinated_key") is not None, (name, report.impossible)
