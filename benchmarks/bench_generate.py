@@ -54,19 +54,26 @@ class PeakRss:
         self._thread.join()
 
 
-def run_pipeline(n: int, workers: int, chunk_size: int) -> dict:
+# Configurations measured: trajectories alone (the issue-2 target), then with each later stage.
+STAGES = {
+    "trajectories": {"negatives": {"enabled": False}},
+    "+negatives": {"negatives": {"enabled": True}},
+}
+
+
+def run_pipeline(n: int, workers: int, chunk_size: int, stages: dict) -> dict:
     from datagen.config import GenerateConfig
     from datagen.pipeline import run_generation
 
     out = Path(tempfile.mkdtemp(prefix="bench-gen-"))
     config = GenerateConfig(out=str(out), num_trajectories=n, chunk_size=chunk_size,
-                            num_workers=workers, progress=False)
+                            num_workers=workers, progress=False, **stages)
     try:
         with PeakRss() as rss:
             started = time.perf_counter()
             summary = run_generation(config)
             wall = time.perf_counter() - started
-        size = sum(f.stat().st_size for f in (out / "trajectories").glob("*.parquet"))
+        size = sum(f.stat().st_size for f in out.glob("*/part-*.parquet"))
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return {"n": n, "wall_s": wall, "traj_per_s": n / wall, "per_core": n / wall / workers,
@@ -81,7 +88,8 @@ def stage_profile(n: int) -> None:
     from datagen.rows import render_row, rows_to_table, trajectory_schema
     from datagen.shards import parquet_bytes
 
-    processor = ChunkProcessor(GenerateConfig(num_trajectories=n, out=tempfile.mkdtemp()))
+    processor = ChunkProcessor(GenerateConfig(num_trajectories=n, out=tempfile.mkdtemp(),
+                                              **STAGES["trajectories"]))
     timings = {}
     started = time.perf_counter()
     items = processor.source.generate(0, n, processor.envs)
@@ -110,20 +118,22 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--workers", type=int, default=psutil.cpu_count() or 1)
     parser.add_argument("--chunk-size", type=int, default=2000)
-    parser.add_argument("--stages", action="store_true")
+    parser.add_argument("--configs", nargs="+", default=list(STAGES), choices=list(STAGES))
+    parser.add_argument("--stages", action="store_true", help="also profile stages in-process")
     args = parser.parse_args()
     import logging
 
     import ray
 
     ray.init(num_cpus=args.workers, logging_level=logging.WARNING)
-    run_pipeline(2_000, args.workers, args.chunk_size)  # warm-up: imports, worker start
-    print(f"{'trajectories':>12}{'wall s':>9}{'traj/s':>9}{'traj/s/core':>13}"
+    run_pipeline(2_000, args.workers, args.chunk_size, STAGES["trajectories"])  # warm-up
+    print(f"{'config':<14}{'trajectories':>12}{'wall s':>9}{'traj/s':>9}{'traj/s/core':>13}"
           f"{'peak RSS MiB':>14}{'MiB on disk':>13}")
-    for n in args.sizes:
-        r = run_pipeline(n, args.workers, args.chunk_size)
-        print(f"{r['n']:>12,}{r['wall_s']:>9.1f}{r['traj_per_s']:>9,.0f}{r['per_core']:>13,.0f}"
-              f"{r['peak_rss_mib']:>14,.0f}{r['mib_on_disk']:>13.1f}")
+    for name in args.configs:
+        for n in args.sizes:
+            r = run_pipeline(n, args.workers, args.chunk_size, STAGES[name])
+            print(f"{name:<14}{r['n']:>12,}{r['wall_s']:>9.1f}{r['traj_per_s']:>9,.0f}"
+                  f"{r['per_core']:>13,.0f}{r['peak_rss_mib']:>14,.0f}{r['mib_on_disk']:>13.1f}")
     ray.shutdown()
     if args.stages:
         stage_profile(min(args.sizes[0], 5000))

@@ -16,13 +16,16 @@ import pyarrow as pa
 
 from datagen.config import GenerateConfig
 from datagen.envs import import_modules
+from datagen.critic_stage import CriticStage
 from datagen.negatives import NegativeStage
-from datagen.rows import NEGATIVE_SCHEMA, PREFERENCE_SCHEMA, render, trajectory_table
+from datagen.rows import (NEGATIVE_SCHEMA, PREFERENCE_SCHEMA, REPAIR_SCHEMA, render,
+                          trajectory_table)
 from datagen.shards import ChunkRecord, ShardStore
 from datagen.spans import tokenize_with_spans
 from datagen.tasks import TaskError, TaskSource
 from datagen.teachers import EnvPool, Teacher, make_teacher
 from datagen.teachers.base import failed_trajectory
+from datagen.teachers.trace import teacher_columns
 from datagen.types import Span, Task, Trajectory
 
 
@@ -62,11 +65,16 @@ class ChunkProcessor:
         self.config = config
         self.source = task_source(config)
         self.envs = EnvPool()
-        self.teacher: Teacher = make_teacher(config.teacher.backend, config.teacher.name)
-        self.tokenizer = load_tokenizer(config.tokenizer)
+        self.teacher: Teacher = make_teacher(config.teacher, work_dir=out or config.out)
+        # LLM teachers bring their own tokenizer: rows carry the teacher's exact token ids.
+        self.tokenizer_name = config.tokenizer or config.teacher.teacher_tokenizer()
+        self.tokenizer = (load_tokenizer(config.tokenizer) if config.tokenizer
+                          else getattr(self.teacher, "tokenizer", None))
         self.store = ShardStore(out or config.out)
         self.negatives = (NegativeStage(config.negatives, config.seed)
                           if config.negatives.enabled else None)
+        self.critics = (CriticStage(config.critics, config.seed)
+                        if config.critics.enabled else None)
 
     def rollout(self, chunk: Chunk) -> list[Trajectory]:
         items = self.source.generate(chunk.start, chunk.stop, self.envs)
@@ -82,6 +90,11 @@ class ChunkProcessor:
 
     def trajectory_table(self, trajectories: list[Trajectory]) -> tuple[pa.Table, list[list[Span]]]:
         rendered = [render(traj) for traj in trajectories]
+        if self.config.teacher.backend != "oracle":
+            tokens, teacher = teacher_columns(trajectories, rendered, self.tokenizer,
+                                              self.tokenizer_name)
+            return (trajectory_table(trajectories, rendered, tokens, teacher),
+                    [s for _, s in rendered])
         tokens = None
         if self.tokenizer is not None:
             tokens = tokenize_with_spans(self.tokenizer, [text for text, _ in rendered],
@@ -101,6 +114,13 @@ class ChunkProcessor:
             tables["preferences"] = pa.Table.from_pylist(batch.preferences,
                                                          schema=PREFERENCE_SCHEMA)
             stats["negatives"] = batch.stats()
+        if self.critics is not None:  # repairs + repair/safety pairs, appended to preferences
+            critiqued = self.critics.run(trajectories, self.envs)
+            tables["repairs"] = pa.Table.from_pylist(critiqued.repairs, schema=REPAIR_SCHEMA)
+            pairs = pa.Table.from_pylist(critiqued.preferences, schema=PREFERENCE_SCHEMA)
+            tables["preferences"] = (pa.concat_tables([tables["preferences"], pairs])
+                                     if "preferences" in tables else pairs)
+            stats["critics"] = critiqued.stats()
         stats["seconds"] = time.perf_counter() - started
         return self.store.write_chunk(chunk.index, tables, stats)
 

@@ -3,6 +3,7 @@
     datagen generate --config FILE [--num-trajectories N] [--out DIR] [--address RAY_ADDRESS]
                      [--overwrite] [--set key.sub=value ...]
     datagen inspect DIR [--samples K]
+    datagen eval irr [--num-tasks N] [--seed S]
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import argparse
 import sys
 
 from datagen.config import ConfigError, load_config, parse_override
+from datagen.eval_irr import add_parser as add_eval_parser
+from datagen.eval_irr import run as run_eval
 from datagen.shards import OutputConflict
 
 
@@ -32,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("out", help="output directory of a run")
     ins.add_argument("--samples", type=int, default=2, help="trajectories to print")
     ins.add_argument("--seed", type=int, default=0, help="which trajectories to sample")
+    add_eval_parser(commands)
     return parser
 
 
@@ -57,6 +61,8 @@ def _inspect(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "eval":
+            return run_eval(args)
         return _generate(args) if args.command == "generate" else _inspect(args)
     except (ConfigError, OutputConflict, FileNotFoundError) as exc:
         print(f"datagen: {exc}", file=sys.stderr)

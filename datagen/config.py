@@ -59,6 +59,36 @@ class NegativesConfig(StrictModel):
     max_env_checks: int = Field(12, ge=1, description="candidate executions per call")
 
 
+CRITIC_KINDS = NEGATIVE_KINDS + ("wrong_function", "missing_required")
+
+
+class CriticsConfig(StrictModel):
+    """Critics (issue 4): injected-error repairs, failed-rollout repairs, safety pairs."""
+
+    enabled: bool = Field(True, description="write the repairs table and repair/safety "
+                          "preference pairs")
+    backend: Literal["rule", "llm"] = Field("rule", description="rule: deterministic critiques "
+                                            "from validator errors and env feedback; llm: "
+                                            "critics.llm_critic (needs a teacher backend)")
+    inject_rate: float = Field(0.5, ge=0, le=1, description="share of successful trajectories "
+                               "that get one injected error and its repair")
+    kinds: list[Literal["type_error", "hallucinated_key", "logical_error", "wrong_function",
+                        "missing_required"]] = Field(default_factory=lambda: list(CRITIC_KINDS),
+                                                     description="error kinds to inject")
+    repair_failed: bool = Field(True, description="also repair failed rollouts")
+    safety_rate: float = Field(0.25, ge=0, le=1, description="share of successful trajectories "
+                               "whose world is used for safety pairs")
+    safety_per_trajectory: int = Field(2, ge=1, description="safety cases drawn per chosen "
+                                       "trajectory (dangerous and benign look-alikes mixed)")
+
+    @field_validator("backend")
+    @classmethod
+    def _wired(cls, backend: str) -> str:
+        if backend != "rule":
+            raise ValueError("the llm critic is not wired into the pipeline yet (use rule)")
+        return backend
+
+
 class GenerateConfig(StrictModel):
     """One generation run. Fields marked run-only do not change the data, so they are left out
     of the fingerprint that guards an output directory."""
@@ -78,6 +108,7 @@ class GenerateConfig(StrictModel):
                                   ("sql", "fs", "enterprise")], min_length=1)
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     negatives: NegativesConfig = Field(default_factory=NegativesConfig)
+    critics: CriticsConfig = Field(default_factory=CriticsConfig)
     tokenizer: str | None = Field(None, description="local Hugging Face tokenizer directory; "
                                   "when set, rows get input_ids and per-token span_ids")
     num_workers: int = Field(0, ge=0, description="chunk workers (run-only); 0 = one per CPU")

@@ -79,6 +79,27 @@ def _negatives_section(root: Path, manifest: dict) -> list[str]:
         return ["", "negatives per kind:", str(by_kind), "", "subkinds:", str(subkinds)]
 
 
+def _critics_section(root: Path, samples: int, seed: int) -> list[str]:
+    """Repairs per env and error kind, preference pairs per source and kind, sample repairs."""
+    lines: list[str] = []
+    with pl.Config(tbl_rows=40, tbl_hide_dataframe_shape=True):
+        repair_shards = sorted((root / "repairs").glob("part-*.parquet"))
+        repairs = pl.read_parquet(repair_shards) if repair_shards else None
+        if repairs is not None and repairs.height:
+            lines += ["", "repairs per env and error kind:",
+                      str(repairs.group_by("env", "error_kind").len().sort("env", "error_kind"))]
+        pref_shards = sorted((root / "preferences").glob("part-*.parquet"))
+        if pref_shards:
+            prefs = pl.read_parquet(pref_shards, columns=["source", "kind"])
+            lines += ["", "preferences per source and kind:",
+                      str(prefs.group_by("source", "kind").len().sort("source", "kind"))]
+    if repairs is not None and repairs.height and samples > 0:
+        lines += ["", "sampled repair (ERROR = the wrong call, excluded from the loss):"]
+        for row in repairs.sample(n=1, seed=seed).iter_rows(named=True):
+            lines += [f"critique: {row['critique']}", format_trajectory(row)]
+    return lines
+
+
 def inspect_dataset(out: str | Path, samples: int = 2, seed: int = 0) -> str:
     root = Path(out)
     manifest = _manifest(root)
@@ -93,6 +114,7 @@ def inspect_dataset(out: str | Path, samples: int = 2, seed: int = 0) -> str:
     with pl.Config(tbl_rows=50, tbl_cols=20, tbl_hide_dataframe_shape=True):
         lines += ["", "per environment:", str(_per_env(df)), "", "spans:", str(_span_stats(df))]
     lines += _negatives_section(root, manifest)
+    lines += _critics_section(root, samples, seed)
     if samples > 0:
         lines += ["", f"{samples} sampled trajectories:"]
         for row in df.sample(n=min(samples, df.height), seed=seed).iter_rows(named=True):

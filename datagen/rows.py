@@ -50,8 +50,20 @@ PREFERENCE_SCHEMA = pa.schema([
     ("prompt_text", pa.string()), ("chosen_text", pa.string()),
     ("rejected_text", pa.string()),
 ])
+# Repairs (critics): trajectory columns + where the fault was and the critique of it. Span kind
+# ERROR marks the wrong call (kept in the text for context, excluded from the loss).
+REPAIR_SCHEMA = pa.schema(list(TRAJECTORY_SCHEMA) + [
+    pa.field("source_id", pa.string()), pa.field("error_step", pa.int16()),
+    pa.field("error_kind", pa.string()), pa.field("critique", pa.string()),
+])
 TOKEN_FIELDS = [pa.field("input_ids", pa.list_(pa.int32())),
                 pa.field("span_ids", pa.list_(pa.int8()))]
+# LLM teachers (datagen/teachers/trace.py): per-token top-k aligned with input_ids (an empty
+# list where the teacher did not generate), the tokenizer the ids are in, and a JSON of the
+# sampling parameters, token counts, latency and cost of the episode.
+TEACHER_FIELDS = {"teacher_topk_ids": pa.list_(pa.list_(pa.int32())),
+                  "teacher_topk_logprobs": pa.list_(pa.list_(pa.float32())),
+                  "tokenizer": pa.string(), "teacher_meta": pa.string()}
 
 
 def trajectory_schema(with_tokens: bool) -> pa.Schema:
@@ -139,8 +151,10 @@ def _list_of_structs(items: list[list[Any]], struct: pa.StructType, by_key: bool
 
 
 def trajectory_table(trajectories: list[Trajectory], rendered: list[tuple[str, list[Span]]],
-                     tokens: tuple[list[list[int]], list[Any]] | None = None) -> pa.Table:
-    """The trajectories table for a batch, built column by column."""
+                     tokens: tuple[list[list[int]], list[Any]] | None = None,
+                     teacher: dict[str, list] | None = None) -> pa.Table:
+    """The trajectories table for a batch, built column by column (`teacher`: optional
+    TEACHER_FIELDS columns of LLM teachers)."""
     tools_json: dict[int, str] = {}  # tool lists are shared per environment: encode each once
     tools = [tools_json.get(id(t.tools)) or tools_json.setdefault(id(t.tools),
              orjson.dumps(t.tools).decode()) for t in trajectories]
@@ -162,6 +176,9 @@ def trajectory_table(trajectories: list[Trajectory], rendered: list[tuple[str, l
         columns["input_ids"] = tokens[0]
         columns["span_ids"] = [labels.tolist() for labels in tokens[1]]
     schema = trajectory_schema(tokens is not None)
+    for name, values in (teacher or {}).items():
+        columns[name] = values
+        schema = schema.append(pa.field(name, TEACHER_FIELDS[name]))
     arrays = [col if isinstance(col, pa.Array) else pa.array(col, type=schema.field(name).type)
               for name, col in columns.items()]
     return pa.Table.from_arrays(arrays, schema=schema)

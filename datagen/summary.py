@@ -20,6 +20,15 @@ def negative_kind_stats(records: list[ChunkRecord]) -> dict[str, dict[str, float
             for kind, c in sorted(totals.items())}
 
 
+def critic_stats(records: list[ChunkRecord]) -> dict[str, int]:
+    """Repairs, rejected repairs and safety pairs over all chunks (see datagen/critic_stage)."""
+    totals: Counter = Counter()
+    for record in records:
+        totals.update({k: v for k, v in record.stats.get("critics", {}).items()
+                       if isinstance(v, int)})
+    return dict(totals)
+
+
 @dataclass
 class RunSummary:
     out: str
@@ -31,6 +40,7 @@ class RunSummary:
     complete: bool
     failed_chunks: list[tuple[int, str]] = field(default_factory=list)
     negative_kinds: dict[str, dict[str, float]] = field(default_factory=dict)
+    critics: dict[str, int] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -52,6 +62,11 @@ class RunSummary:
             lines.append("negatives: " + ", ".join(
                 f"{kind} {s['produced']:,.0f} ({s['impossible_rate']:.1%} impossible)"
                 for kind, s in self.negative_kinds.items()))
+        if self.critics:
+            c = self.critics
+            lines.append(f"critics: {c.get('repaired', 0):,} repairs ({c.get('rejected', 0):,} "
+                         f"rejected by the checker), safety pairs {c.get('safety_dangerous', 0):,} "
+                         f"dangerous + {c.get('safety_benign', 0):,} benign look-alikes")
         if self.generated:
             lines.append(f"this run: {self.generated:,} trajectories in {self.seconds:.1f}s "
                          f"= {self.rate:,.0f} traj/s")
@@ -90,4 +105,5 @@ def summarise(records: list[ChunkRecord], new_records: list[ChunkRecord], second
     return RunSummary(out=out, counts=manifest["counts"], per_env=per_env, spans=spans,
                       generated=generated, seconds=seconds, complete=manifest["complete"],
                       failed_chunks=[(chunk.index, error) for chunk, error in failed],
-                      negative_kinds=negative_kind_stats(records))
+                      negative_kinds=negative_kind_stats(records),
+                      critics=critic_stats(records))

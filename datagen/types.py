@@ -10,7 +10,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-SPAN_KINDS = ("PROMPT", "REASON", "ACT", "OBS")
+# ERROR (critics' repairs): the wrong call of a repaired trajectory, kept in the text for
+# context and excluded from the loss like PROMPT/OBS (trainers train on REASON and ACT only).
+SPAN_KINDS = ("PROMPT", "REASON", "ACT", "OBS", "ERROR")
 SPAN_KIND_ID = {kind: i for i, kind in enumerate(SPAN_KINDS)}
 
 

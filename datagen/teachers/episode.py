@@ -191,6 +191,7 @@ class Conversation:
         self.trace: TraceBuilder | None = None
         self.context_tokens = 0  # prompt + generated so far (from usage when there is no trace)
         self._header_at: int | None = None
+        self.retokenised = 0  # turns whose ids had to be rebuilt from text (should stay 0)
         backend = runner.backend
         if backend.tokenizer is not None:
             self.trace = TraceBuilder(backend.tokenizer, backend.tokenizer_name or "",
@@ -216,12 +217,15 @@ class Conversation:
 
     def add_turn(self, step: Step, gen: Generation) -> None:
         self.messages.append({"role": "assistant", "content": gen.text})
-        if self.trace is not None and gen.token_ids is not None:
-            self.trace.add_generated(gen.token_ids, gen.topk_ids, gen.topk_logprobs,
-                                     turn_act_offset(step))
-            self.context_tokens = len(self.trace.ids)
-        else:
+        if self.trace is None:
             self.context_tokens = gen.prompt_tokens + gen.completion_tokens
+            return
+        if gen.token_ids is None:  # the endpoint sent no ids this time: re-tokenise, no top-k
+            self.retokenised += 1
+            gen.token_ids, gen.topk_ids, gen.topk_logprobs = self.trace.encode(gen.text), None, None
+        self.trace.add_generated(gen.token_ids, gen.topk_ids, gen.topk_logprobs,
+                                 turn_act_offset(step))
+        self.context_tokens = len(self.trace.ids)
 
     def add_observation(self, observation: Observation) -> None:
         self.messages.append({"role": "tool", "content": observation.content})
@@ -240,9 +244,14 @@ class Tally:
     cost_usd: float = 0.0
     retries: int = 0
     cache_hits: int = 0
+    # turns where the endpoint counted a different prompt length than our token trace (a
+    # server-side template or tokenisation that differs from ours; should stay 0)
+    prompt_mismatches: int = 0
     finish_reasons: list[str] = field(default_factory=list)
 
-    def add(self, gen: Generation) -> None:
+    def add(self, gen: Generation, request: TurnRequest) -> None:
+        if request.prompt_ids is not None and gen.prompt_tokens and gen.error is None:
+            self.prompt_mismatches += gen.prompt_tokens != len(request.prompt_ids)
         self.prompt_tokens += gen.prompt_tokens
         self.completion_tokens += gen.completion_tokens
         self.model_seconds += gen.seconds
@@ -272,7 +281,7 @@ class Episode:
                           success=success, reward=1.0 if success else 0.0,
                           teacher=self.runner.teacher, round=self.round,
                           error=None if success else error,
-                          meta=self._meta(time.perf_counter() - started),
+                          meta=self._meta(time.perf_counter() - started, convo),
                           tokens=convo.trace.trace if convo.trace is not None else None)
 
     async def _turns(self, convo: Conversation, tools: dict[str, dict]) -> tuple[bool, str]:
@@ -284,8 +293,9 @@ class Episode:
             if max_tokens < 1:
                 return False, self._first(f"context_exhausted: {convo.context_tokens} tokens "
                                           f"used of max_total_tokens={limits.max_total_tokens}")
-            gen = await self.runner.backend.generate(convo.request(f"{self.id}:{turn}", max_tokens))
-            self.tally.add(gen)
+            request = convo.request(f"{self.id}:{turn}", max_tokens)
+            gen = await self.runner.backend.generate(request)
+            self.tally.add(gen, request)
             if gen.error is not None:
                 convo.abandon_turn()
                 return False, self._first(f"generation_failed: turn {turn}: {gen.error}")
@@ -321,7 +331,7 @@ class Episode:
         """The episode's error: its first failed turn if any, else `reason`."""
         return self.failures[0] if self.failures else reason
 
-    def _meta(self, seconds: float) -> dict[str, Any]:
+    def _meta(self, seconds: float, convo: Conversation) -> dict[str, Any]:
         tally, backend = self.tally, self.runner.backend
         return {**backend.describe(), "tokenizer": backend.tokenizer_name,
                 "sampling": self.runner.config.sampling.model_dump(mode="json"),
@@ -329,4 +339,6 @@ class Episode:
                 "completion_tokens": tally.completion_tokens, "latency_s": round(seconds, 4),
                 "model_s": round(tally.model_seconds, 4), "cost_usd": tally.cost_usd,
                 "retries": tally.retries, "cache_hits": tally.cache_hits,
+                "prompt_token_mismatches": tally.prompt_mismatches,
+                "retokenised_turns": convo.retokenised,
                 "finish_reasons": tally.finish_reasons, "failed_turns": self.failures}

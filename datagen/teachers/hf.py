@@ -5,7 +5,10 @@ of all live episodes go through one left-padded batch (`MicroBatcher`), decoded 
 model's KV cache rather than `generate()`: the loop records the top-k of the *raw* next-token
 distribution (log-softmax of the logits before temperature / top-p, like vLLM's default
 `raw_logprobs`) at every step, which keeps memory at batch x k instead of generate's
-steps x batch x vocab `output_logits`, and knows exactly where each sequence stopped.
+steps x batch x vocab `output_logits`, and knows exactly where each sequence stopped. The KV
+cache is a preallocated `StaticCache` (the default dynamic cache concatenates the whole cache
+at every step: 4x slower decoding at batch 64 on CPU), and only the last position's logits are
+computed (`logits_to_keep=1`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ def _choose(logits: Any, sampling: SamplingConfig, generator: Any) -> Any:
     """Next token per row: greedy at temperature 0, else temperature + top-p sampling."""
     import torch
 
+    if sampling.logit_bias:
+        logits = logits.clone()
+        for token, bias in sampling.logit_bias.items():
+            logits[:, token] += bias
     if sampling.temperature == 0:
         return logits.argmax(dim=-1)
     probs = torch.softmax(logits.float() / sampling.temperature, dim=-1)
@@ -100,6 +107,7 @@ class HFBackend(TurnBackend):
     def decode(self, prompts: list[list[int]], max_new: list[int]) -> list[SampledTurn]:
         """Left-pad the prompts and decode until every sequence stopped or hit its budget."""
         import torch
+        from transformers import StaticCache
 
         device, k = self.config.device, self.sampling.logprobs
         width = max(len(p) for p in prompts)
@@ -110,9 +118,10 @@ class HFBackend(TurnBackend):
         turns = [SampledTurn([], [], [], "length") for _ in prompts]
         active = [True] * len(prompts)
         top_ids, top_logprobs = [], []
+        cache = StaticCache(config=self.model.config, max_cache_len=width + max(max_new))
         with torch.inference_mode():
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                             use_cache=True)
+                             past_key_values=cache, use_cache=True, logits_to_keep=1)
             for step in range(max(max_new)):
                 logits = out.logits[:, -1, :]
                 if k:
@@ -127,7 +136,7 @@ class HFBackend(TurnBackend):
                 positions = positions[:, -1:] + 1
                 out = self.model(input_ids=chosen[:, None], attention_mask=mask,
                                  position_ids=positions, past_key_values=out.past_key_values,
-                                 use_cache=True)
+                                 use_cache=True, logits_to_keep=1)
         if k:
             self._attach_topk(turns, torch.stack(top_ids, 1).tolist(),
                               torch.stack(top_logprobs, 1).tolist())

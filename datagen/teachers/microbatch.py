@@ -40,9 +40,12 @@ class MicroBatcher:
         self._maybe_launch()
 
     async def submit(self, request: TurnRequest) -> Generation:
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self.pending.append((request, future))
-        self._maybe_launch()
+        # Decide on the next loop iteration: episodes that are ready to run (just started, or
+        # just got their previous turn) then submit first, instead of racing a lone request.
+        loop.call_soon(self._maybe_launch)
         return await future
 
     def _maybe_launch(self) -> None:

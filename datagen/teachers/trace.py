@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import orjson
 
 from datagen.chat import IM_END
 from datagen.spans import tokenize_with_spans
@@ -57,7 +58,7 @@ class TraceBuilder:
     def ids(self) -> list[int]:
         return self.trace.ids
 
-    def _encode(self, text: str) -> list[int]:
+    def encode(self, text: str) -> list[int]:
         ids = self._cache.get(text)
         if ids is None:
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -67,7 +68,7 @@ class TraceBuilder:
 
     def add_template(self, text: str, kind: str) -> None:
         """Text the template adds (not generated): span kind `kind`, no top-k."""
-        ids = self._encode(text)
+        ids = self.encode(text)
         trace = self.trace
         trace.ids.extend(ids)
         trace.span_ids.extend([SPAN_KIND_ID[kind]] * len(ids))
@@ -99,33 +100,39 @@ def turn_text(tokenizer: Any, ids: list[int]) -> str:
     return decode(tokenizer, ids[:-1] if ids and ids[-1] == im_end_id else ids)
 
 
-def token_columns(trajectories: list[Trajectory], rendered: list[tuple[str, list[Span]]],
-                  tokenizer: Any, tokenizer_name: str | None) -> dict[str, list]:
-    """input_ids, span_ids, teacher_topk_ids, teacher_topk_logprobs and tokenizer columns.
+def teacher_columns(trajectories: list[Trajectory], rendered: list[tuple[str, list[Span]]],
+                    tokenizer: Any, tokenizer_name: str | None,
+                    ) -> tuple[tuple[list[list[int]], list[np.ndarray]] | None, dict[str, list]]:
+    """The token columns (input_ids, span_ids) and the LLM-teacher columns of a batch.
 
     Rows with a trace take it as is; the others (episodes that never reached the model, task
-    failures) are tokenised from their rendered text, with empty top-k for every token."""
+    failures) are tokenised from their rendered text, with an empty top-k for every token.
+    Without any tokenizer only `teacher_meta` is returned."""
+    meta = [orjson.dumps(traj.meta).decode() for traj in trajectories]
+    if tokenizer is None and all(traj.tokens is None for traj in trajectories):
+        return None, {"teacher_meta": meta}
     missing = [i for i, traj in enumerate(trajectories) if traj.tokens is None]
     fallback: dict[int, tuple[list[int], np.ndarray]] = {}
     if missing and tokenizer is not None:
         ids, labels = tokenize_with_spans(tokenizer, [rendered[i][0] for i in missing],
                                           [rendered[i][1] for i in missing])
-        fallback = {i: pair for i, pair in zip(missing, zip(ids, labels))}
-    columns: dict[str, list] = {name: [] for name in (
-        "input_ids", "span_ids", "teacher_topk_ids", "teacher_topk_logprobs", "tokenizer")}
+        fallback = dict(zip(missing, zip(ids, labels)))
+    input_ids, span_ids, topk_ids, topk_logprobs, names = [], [], [], [], []
     for i, traj in enumerate(trajectories):
         trace = traj.tokens
         if trace is not None:
-            columns["input_ids"].append(trace.ids)
-            columns["span_ids"].append(trace.span_ids)
-            columns["teacher_topk_ids"].append(trace.topk_ids)
-            columns["teacher_topk_logprobs"].append(trace.topk_logprobs)
-            columns["tokenizer"].append(trace.tokenizer)
+            input_ids.append(trace.ids)
+            span_ids.append(np.asarray(trace.span_ids, dtype=np.int8))
+            topk_ids.append(trace.topk_ids)
+            topk_logprobs.append(trace.topk_logprobs)
+            names.append(trace.tokenizer)
             continue
         ids, labels = fallback.get(i, ([], np.zeros(0, dtype=np.int8)))
-        columns["input_ids"].append(list(ids))
-        columns["span_ids"].append(labels.tolist())
-        columns["teacher_topk_ids"].append([[] for _ in ids])
-        columns["teacher_topk_logprobs"].append([[] for _ in ids])
-        columns["tokenizer"].append(tokenizer_name)
-    return columns
+        input_ids.append(list(ids))
+        span_ids.append(labels)
+        topk_ids.append([[] for _ in ids])
+        topk_logprobs.append([[] for _ in ids])
+        names.append(tokenizer_name)
+    return (input_ids, span_ids), {"teacher_topk_ids": topk_ids,
+                                   "teacher_topk_logprobs": topk_logprobs,
+                                   "tokenizer": names, "teacher_meta": meta}

@@ -52,8 +52,9 @@ def test_generates_real_trajectories_readable_by_polars_datasets_and_ray(ray_hea
     preferences = pl.read_parquet(tmp_path / "out" / "preferences" / "*.parquet")
     assert set(negatives["kind"].unique()) == {"type_error", "hallucinated_key", "logical_error"}
     assert negatives["trajectory_id"].is_in(df["id"].implode()).all()
-    assert preferences.height == negatives.height
-    assert set(preferences["source"].unique()) == {"negative"}
+    # the critics stage (issue 4) appends repair and safety pairs to the same table
+    assert preferences.filter(pl.col("source") == "negative").height == negatives.height
+    assert set(preferences["source"].unique()) == {"negative", "repair", "safety"}
     assert manifest["counts"]["negatives"] == negatives.height
     kinds = manifest["stats"]["negative_kinds"]
     assert kinds["hallucinated_key"]["produced"] > 0 and kinds["type_error"]["impossible_rate"] < 0.3

@@ -1,0 +1,95 @@
+"""The LLM critic: a prompt that shows a model the failed step, and a parser of its reply.
+
+The model is any `generate(prompt: str) -> str` callable, so a teacher backend (hf, openai,
+vllm) plugs in by passing its completion function; nothing here imports a backend. The reply
+format is two tagged blocks, which small models follow more reliably than strict JSON:
+
+    <critique>what went wrong, which rule or fact, what to do instead</critique>
+    <tool_call>{"name": ..., "arguments": {...}}</tool_call>
+
+`parse_reply` never raises: a reply it cannot read becomes a Critique with `call=None` and
+`error` set, and the repair for it is not emitted (counted in the stage's stats).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import orjson
+
+from critics.critique import Critique, CritiqueRequest, brief
+from datagen.chat import render_call
+from datagen.types import ToolCall
+
+_CRITIQUE = re.compile(r"<critique>(.*?)</critique>", re.S | re.I)
+_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S | re.I)
+
+CRITIC_INSTRUCTIONS = (
+    "You are reviewing an agent's tool call that went wrong. Explain in two to four sentences "
+    "which call was wrong, what the tool's response shows, which schema rule or fact was "
+    "violated (name the argument), and what to do instead. Then give the corrected call.\n"
+    "Reply exactly in this form:\n<critique>...</critique>\n"
+    '<tool_call>{"name": "...", "arguments": {...}}</tool_call>'
+)
+
+
+def render_prompt(request: CritiqueRequest) -> str:
+    """The critic prompt: task, tools, the steps so far, the failed call and its response,
+    and the validator's findings. The reference (gold) call is never shown."""
+    tools = "\n".join(orjson.dumps(t["function"]).decode() for t in request.tools)
+    history = []
+    for index, step in enumerate(request.steps[: request.error_step]):
+        if step.call is not None:
+            obs = step.observation.content if step.observation else ""
+            history.append(f"[{index}] {render_call(step.call)}\n-> {brief(obs, 300)}")
+    wrong = render_call(request.wrong_call) if request.wrong_call else "(no call: answered)"
+    obs = request.observation.content if request.observation else "(no response)"
+    findings = "\n".join(f"- {e.message}" for e in request.errors) or "- none (schema-valid)"
+    return (f"{CRITIC_INSTRUCTIONS}\n\n# Task\n{request.task.instruction}\n\n# Tools\n{tools}"
+            f"\n\n# Steps so far\n" + ("\n".join(history) or "(none)") +
+            f"\n\n# Failed call (step {request.error_step})\n{wrong}\n\n# Tool response\n"
+            f"{brief(obs, 600)}\n\n# Validator findings\n{findings}\n")
+
+
+def parse_reply(reply: str) -> Critique:
+    """Critique + corrected call from a model reply; never raises."""
+    if not isinstance(reply, str):
+        return Critique("", None, f"reply is {type(reply).__name__}, not text")
+    critique = _CRITIQUE.search(reply)
+    text = critique.group(1).strip() if critique else ""
+    if not text:
+        return Critique("", None, "no <critique> block")
+    block = _CALL.search(reply)
+    if block is None:
+        return Critique(text, None, "no <tool_call> block")
+    try:
+        payload = orjson.loads(block.group(1).strip())
+    except orjson.JSONDecodeError as exc:
+        return Critique(text, None, f"tool call is not valid JSON: {exc}")
+    name = payload.get("name") if isinstance(payload, dict) else None
+    arguments = payload.get("arguments", {}) if isinstance(payload, dict) else None
+    if isinstance(arguments, str):
+        try:
+            arguments = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            arguments = None
+    if not isinstance(name, str) or not name or not isinstance(arguments, dict):
+        return Critique(text, None, 'tool call needs a string "name" and object "arguments"')
+    return Critique(text, ToolCall(name, arguments))
+
+
+@dataclass
+class LLMCritic:
+    """A critic backed by a text generator (`generate(prompt) -> reply`)."""
+
+    generate: Callable[[str], str]
+
+    def __call__(self, request: CritiqueRequest, rng: random.Random) -> Critique:
+        try:
+            reply = self.generate(render_prompt(request))
+        except Exception as exc:  # noqa: BLE001 - a backend failure costs this repair only
+            return Critique("", None, f"critic backend failed: {type(exc).__name__}: {exc}")
+        return parse_reply(reply)

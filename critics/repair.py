@@ -1,0 +1,162 @@
+"""Repairs: a wrong step, its real observation, a critique, the corrected call, and the rollout
+continued through the environment to success.
+
+Two sources: an injected error (`repair_injection`, the environment is already in the state
+right after the wrong call) and a failed rollout (`repair_failed`: the first faulty step is
+located by comparing with the gold solution, and the prefix is re-executed). Either way the
+repaired trajectory must pass the environment's checker, otherwise nothing is emitted: a repair
+that does not reach success would teach the model a recovery that does not work.
+
+Span labels: the wrong call's ACT span becomes `ERROR` (kept in the text so the model sees the
+mistake in context, excluded from the loss); the critique is REASON and the corrected call ACT.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from critics.critique import Critic, Critique, build_request
+from critics.inject import Injection, replay
+from datagen.chat import act_text, render_trajectory
+from datagen.envs import Environment
+from datagen.preferences import TrajectoryView, call_message, preference_row, text_message
+from datagen.rows import trajectory_row
+from datagen.teachers.phrasing import final_reasoning, step_reasoning
+from datagen.types import Span, Step, ToolCall, Trajectory, stable_hash
+
+ERROR_SPAN = "ERROR"
+_RETRY = ("Let me try that again.", "I'll run the same call once more.",
+          "That should have worked; retrying.")
+
+
+@dataclass(slots=True)
+class Repair:
+    """A repaired trajectory and where its fault was."""
+
+    traj: Trajectory
+    source_id: str
+    error_step: int
+    error_kind: str
+    critique: str
+    wrong_call: ToolCall | None
+    wrong_answer: str | None = None
+
+
+def continue_gold(env: Environment, traj: Trajectory, steps: list[Step], next_gold: int,
+                  rng: random.Random) -> tuple[bool, str | None]:
+    """Append the gold steps from `next_gold` on (executed in `env`) and the final answer;
+    return (checker verdict, error)."""
+    task = traj.task
+    last = steps[-1]
+    previous = (last.call, last.observation) if last.call and last.observation else None
+    for gold in task.gold[next_gold:]:
+        step = Step(step_reasoning(rng, gold, previous), call=gold.call)
+        step.observation = env.step(gold.call.as_dict())
+        steps.append(step)
+        previous = (gold.call, step.observation)
+    answer = task.answer or "Done."
+    steps.append(Step(final_reasoning(rng, previous), answer=answer))
+    return env.check(task, answer), None
+
+
+def build_repair(env: Environment, traj: Trajectory, prefix: list[Step], wrong: Step,
+                 critic: Critic, rng: random.Random, error_kind: str, negative: Any = None
+                 ) -> Repair | str:
+    """Critique `wrong` (already executed in `env`), run the corrected call and the rest of
+    the gold solution; a Repair when the checker accepts, else the reason."""
+    index = len(prefix)
+    steps = prefix + [wrong]
+    reference = traj.task.gold[index].call if index < len(traj.task.gold) else None
+    request = build_request(traj.task, traj.tools, steps, index, reference, error_kind, negative)
+    critique: Critique = critic(request, rng)
+    if critique.call is None:
+        return f"critic gave no corrected call: {critique.error}"
+    fixed = Step(critique.text, call=critique.call)
+    fixed.observation = env.step(critique.call.as_dict())
+    steps.append(fixed)
+    if fixed.observation.error:
+        return "the corrected call failed"
+    success, _ = continue_gold(env, traj, steps, index + 1, rng)
+    if not success:
+        return "checker rejected the repaired trajectory"
+    repaired = Trajectory(id=stable_hash(traj.id, "repair", index, error_kind), task=traj.task,
+                          tools=traj.tools, steps=steps, success=True, reward=1.0,
+                          teacher=f"{traj.teacher}+critic", round=traj.round)
+    return Repair(repaired, traj.id, index, error_kind, critique.text, wrong.call, wrong.answer)
+
+
+def repair_injection(env: Environment, injection: Injection, critic: Critic,
+                     rng: random.Random) -> Repair | str:
+    """Repair an injected error; `env` must be in the state right after the wrong call."""
+    traj, index = injection.traj, injection.step
+    wrong = Step(traj.steps[index].reasoning, call=injection.wrong_call,
+                 observation=injection.observation)
+    return build_repair(env, traj, list(traj.steps[:index]), wrong, critic, rng,
+                        injection.kind, injection.negative)
+
+
+def first_faulty_step(traj: Trajectory) -> int | None:
+    """The first step that departs from the gold solution (a different call, a failed call, or
+    an answer given before the gold steps are done / a wrong final answer)."""
+    gold = traj.task.gold
+    for index, step in enumerate(traj.steps):
+        if index >= len(gold):
+            return index if step.call is not None or step.answer != traj.task.answer else None
+        if step.call is None or step.call.as_dict() != gold[index].call.as_dict():
+            return index
+        if step.observation is not None and step.observation.error:
+            return index
+    return None
+
+
+def repair_failed(env: Environment, traj: Trajectory, critic: Critic,
+                  rng: random.Random) -> Repair | str:
+    """Repair a failed rollout from its first faulty step, re-executing the prefix."""
+    index = first_faulty_step(traj)
+    if index is None or index >= len(traj.task.gold):
+        return "no faulty step found before the end of the gold solution"
+    replay(env, traj, index)
+    original = traj.steps[index]
+    wrong = Step(original.reasoning, call=original.call, answer=original.answer)
+    if original.call is not None:  # re-execute: the observation is what the env says now
+        wrong.observation = env.step(original.call.as_dict())
+    return build_repair(env, traj, list(traj.steps[:index]), wrong, critic, rng,
+                        "failed_rollout")
+
+
+def repair_spans(repair: Repair) -> tuple[str, list[Span]]:
+    """Text and spans of a repaired trajectory, the wrong call's ACT span relabelled ERROR."""
+    text, spans = render_trajectory(repair.traj)
+    for span in spans:
+        if span.kind == "ACT" and span.step == repair.error_step:
+            span.kind = ERROR_SPAN
+    return text, spans
+
+
+def repair_row(repair: Repair) -> dict[str, Any]:
+    """A `repairs` row: trajectory columns + source_id, error_step, error_kind, critique."""
+    text, spans = repair_spans(repair)
+    row = trajectory_row(repair.traj, text, spans, orjson.dumps(repair.traj.tools).decode())
+    row.update(source_id=repair.source_id, error_step=repair.error_step,
+               error_kind=repair.error_kind, critique=repair.critique)
+    return row
+
+
+def repair_preference(repair: Repair, rng: random.Random) -> dict[str, Any]:
+    """After the error: chosen = critique + corrected call; rejected = a blind retry of the
+    same wrong action (the failure mode a model without reflection falls into)."""
+    view = TrajectoryView(repair.traj)
+    reasoning = rng.choice(_RETRY)
+    retry = Step(reasoning, call=repair.wrong_call, answer=repair.wrong_answer)
+    message = (call_message(reasoning, repair.wrong_call.as_dict()) if repair.wrong_call
+               else text_message(reasoning + act_text(retry)))
+    return preference_row(view, repair.error_step + 1, message, reasoning + act_text(retry),
+                          "repair", repair.error_kind)
+
+
+__all__ = ["Repair", "ERROR_SPAN", "repair_injection", "repair_failed", "first_faulty_step",
+           "repair_row", "repair_spans", "repair_preference"]

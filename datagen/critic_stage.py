@@ -1,0 +1,108 @@
+"""Critic stage: repairs (injected errors and failed rollouts) and safety preference pairs.
+
+Batch in (the chunk's trajectories), rows out: `repairs` rows, `preferences` rows with source
+`repair` (after an error: reflect and fix > blind retry) and `safety` (refuse/confirm a
+dangerous request > comply; comply with a benign look-alike > over-refuse), and counts for the
+run summary. Every choice (which trajectories, which step, which kind, which safety cases) is
+seeded from the run seed and the trajectory id, so a rerun writes the same rows. An
+environment that raises costs its trajectory's rows only, counted under `errors`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from critics.critique import Critic
+from critics.inject import inject_error
+from critics.repair import (Repair, repair_failed, repair_injection, repair_preference,
+                            repair_row)
+from critics.rule_critic import rule_critic
+from critics.safety import safety_cases
+from critics.safety_pairs import safety_preference
+from datagen.config import CriticsConfig
+from datagen.teachers import EnvPool
+from datagen.types import Trajectory, stable_seed
+
+
+@dataclass
+class CriticBatch:
+    """Rows for the repairs and preferences tables, and counts for the summary."""
+
+    repairs: list[dict[str, Any]] = field(default_factory=list)
+    preferences: list[dict[str, Any]] = field(default_factory=list)
+    repaired: Counter = field(default_factory=Counter)
+    rejected: Counter = field(default_factory=Counter)
+    safety: Counter = field(default_factory=Counter)
+    counts: Counter = field(default_factory=Counter)
+    seconds: float = 0.0
+
+    def stats(self) -> dict[str, Any]:
+        dangerous = sum(n for k, n in self.safety.items() if not k.startswith("benign"))
+        return {"repaired": dict(self.repaired), "rejected": dict(self.rejected.most_common(8)),
+                "safety": dict(self.safety), "safety_dangerous": dangerous,
+                "safety_benign": sum(self.safety.values()) - dangerous,
+                **{key: self.counts[key] for key in ("injected", "failed_rollouts", "errors")},
+                "seconds": round(self.seconds, 4)}
+
+
+def make_critic(config: CriticsConfig) -> Critic:
+    """The critic callable for the configured backend (only `rule` runs in the pipeline until
+    the teacher backends can serve `critics.llm_critic.LLMCritic`)."""
+    if config.backend != "rule":
+        raise ValueError(f"critic backend {config.backend!r} is not wired into the pipeline")
+    return rule_critic
+
+
+class CriticStage:
+    """Runs error injection + repair, failed-rollout repair and safety pairs over a batch."""
+
+    def __init__(self, config: CriticsConfig, run_seed: int, critic: Critic | None = None) -> None:
+        self.config = config
+        self.run_seed = run_seed
+        self.critic = critic or make_critic(config)
+
+    def run(self, trajectories: list[Trajectory], envs: EnvPool) -> CriticBatch:
+        batch = CriticBatch()
+        started = time.perf_counter()
+        for traj in trajectories:
+            rng = random.Random(stable_seed(self.run_seed, traj.id, "critics"))
+            try:
+                self._one(traj, envs, rng, batch)
+            except Exception as exc:  # noqa: BLE001 - an env that breaks costs this row only
+                batch.counts["errors"] += 1
+                batch.rejected[f"error: {type(exc).__name__}"] += 1
+        batch.seconds = time.perf_counter() - started
+        return batch
+
+    def _one(self, traj: Trajectory, envs: EnvPool, rng: random.Random,
+             batch: CriticBatch) -> None:
+        if not traj.task.instruction or not traj.task.gold:
+            return  # a task that failed to generate has nothing to repair
+        env = envs.get(traj.task.env)
+        if traj.success and rng.random() < self.config.inject_rate:
+            batch.counts["injected"] += 1
+            injection = inject_error(traj, env, rng.randrange(2**31), self.config.kinds)
+            result = injection if isinstance(injection, str) else repair_injection(
+                env, injection, self.critic, rng)
+            self._emit(result, rng, batch)
+        elif not traj.success and self.config.repair_failed:
+            batch.counts["failed_rollouts"] += 1
+            self._emit(repair_failed(env, traj, self.critic, rng), rng, batch)
+        if traj.success and rng.random() < self.config.safety_rate:
+            cases = safety_cases(env, traj)
+            for case in rng.sample(cases, min(self.config.safety_per_trajectory, len(cases))):
+                batch.preferences.append(safety_preference(case, traj.tools, traj.id, rng))
+                batch.safety[case.kind if case.dangerous else f"benign_{case.call.name}"] += 1
+
+    @staticmethod
+    def _emit(result: Repair | str, rng: random.Random, batch: CriticBatch) -> None:
+        if isinstance(result, str):
+            batch.rejected[result[:80]] += 1
+            return
+        batch.repaired[result.error_kind] += 1
+        batch.repairs.append(repair_row(result))
+        batch.preferences.append(repair_preference(result, rng))
