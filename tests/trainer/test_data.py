@@ -1,0 +1,149 @@
+"""The data path: tokenising stage vs the generation side's labels, MCH negatives,
+bucketing, stored teacher top-k, and the Ray Data stream with the worker-side collate."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from trainer.collate import Collate
+from trainer.curriculum import CurriculumSampler, pacing_fraction
+from trainer.data import TRAJECTORY_COLUMNS, DataSettings, build_dataset, bucket_by_length, \
+    inspect_shards, prepare_batch
+from trainer.negatives import negative_example, render_call
+from trainer.tokens import load_tokenizer, special_ids, tool_call_step_ends
+
+
+def _first_shard(out):
+    return sorted((out / "trajectories").glob("part-*.parquet"))[0]
+
+
+def test_trainer_tokenisation_equals_the_labels_stored_by_the_pipeline(pipeline_out, tokenized_out,
+                                                                       trainer_tokenizer):
+    plain = pq.read_table(_first_shard(pipeline_out), columns=list(TRAJECTORY_COLUMNS))
+    stored = pq.read_table(_first_shard(tokenized_out))
+    assert plain.column("id").to_pylist() == stored.column("id").to_pylist()
+    settings = DataSettings(shards=str(pipeline_out), tokenizer=str(trainer_tokenizer),
+                            max_seq_len=100_000)
+    ours = prepare_batch(plain, settings)
+    assert ours.column("input_ids").to_pylist() == stored.column("input_ids").to_pylist()
+    assert ours.column("span_ids").to_pylist() == stored.column("span_ids").to_pylist()
+    taken = prepare_batch(stored.select(list(TRAJECTORY_COLUMNS) + ["input_ids", "span_ids"]), settings)
+    assert taken.column("input_ids").to_pylist() == stored.column("input_ids").to_pylist()
+
+
+def test_negative_example_replaces_the_call_and_cuts_after_it(pipeline_out):
+    row = pq.read_table(_first_shard(pipeline_out)).slice(0, 1).to_pylist()[0]
+    wrong = {"name": "run_query", "arguments": {"sql": "SELECT ünïcode FROM x"}}
+    text, spans = negative_example(row["text"], row["spans"], 1, json.dumps(wrong))
+    act = next(s for s in row["spans"] if s["kind"] == "ACT" and s["step"] == 1)
+    assert text == row["text"][:act["start"]] + render_call("run_query", wrong["arguments"])
+    assert text.endswith('"arguments": {"sql": "SELECT ünïcode FROM x"}}\n</tool_call><|im_end|>\n')
+    assert spans[-1] == {"kind": "ACT", "start": act["start"], "end": len(text), "step": 1}
+    assert all(a["end"] == b["start"] for a, b in zip(spans, spans[1:]))
+    final_step = max(s["step"] for s in row["spans"])
+    assert negative_example(row["text"], row["spans"], final_step, json.dumps(wrong)) is None
+    assert negative_example(row["text"], row["spans"], 1, '"not a call"') is None
+
+
+def test_prepare_adds_labelled_negatives_from_the_paired_shard(pipeline_out, trainer_tokenizer):
+    shard = _first_shard(pipeline_out)
+    table = pq.read_table(shard, columns=list(TRAJECTORY_COLUMNS)).slice(0, 16)
+    table = table.append_column("path", pa.array([str(shard)] * table.num_rows))
+    settings = DataSettings(shards=str(pipeline_out), tokenizer=str(trainer_tokenizer),
+                            max_seq_len=100_000, use_mch=True, negatives_per_trajectory=1.0)
+    rows = prepare_batch(table, settings).to_pylist()
+    positives, negatives = rows[:16], rows[16:]
+    assert 8 <= len(negatives) <= 32  # about one per trajectory
+    call_id = special_ids(load_tokenizer(str(trainer_tokenizer)))["tool_call_start"]
+    for row in positives:
+        ends = tool_call_step_ends(np.array(row["input_ids"]), np.array(row["span_ids"]), call_id)
+        assert row["mch_positions"] == ends and set(row["mch_labels"]) == {1} and row["lm_weight"] == 1
+    for row in negatives:
+        assert row["lm_weight"] == 0 and row["mch_labels"] == [0]
+        assert row["mch_positions"] == [len(row["input_ids"]) - 1]  # the wrong call ends the row
+
+
+def test_bucketing_groups_similar_lengths():
+    lengths = np.random.default_rng(0).integers(10, 1000, size=64)
+    table = pa.table({"n_tokens": pa.array(lengths, pa.int32()), "row": np.arange(64)})
+    out = bucket_by_length(table, batch_size=8, seed=0)
+    assert sorted(out.column("row").to_pylist()) == list(range(64))
+    batches = np.array(out.column("n_tokens").to_pylist()).reshape(8, 8)
+    padding = (batches.max(1, keepdims=True) - batches).sum() / batches.sum()
+    assert padding < 0.1
+
+
+def test_ray_data_stream_yields_padded_batches_with_negatives(pipeline_out, trainer_tokenizer):
+    settings = DataSettings(shards=str(pipeline_out), tokenizer=str(trainer_tokenizer),
+                            max_seq_len=1024, batch_size=4, use_mch=True)
+    dataset, info = build_dataset(settings)
+    assert info["negative_shards"] == 2 and not info["tokenised_in_shards"]
+    pad_id = special_ids(load_tokenizer(str(trainer_tokenizer)))["pad"]
+    seen_negative = False
+    padding, tokens = 0, 0
+    for batch in dataset.iterator().iter_torch_batches(batch_size=4, collate_fn=Collate(pad_id),
+                                                       drop_last=True):
+        real = batch["span_ids"] >= 0
+        lengths = real.sum(1)
+        assert torch_all_right_padded(real) and batch["input_ids"].shape[1] % 16 == 0
+        assert batch["input_ids"].shape[1] <= 1024
+        assert (batch["input_ids"][~real] == pad_id).all()
+        negative = batch["lm_weight"] == 0
+        seen_negative |= bool(negative.any())
+        for row in np.flatnonzero(negative.numpy()):
+            assert batch["mch_labels"][row, 0] == 0 and batch["mch_positions"][row, 0] == lengths[row] - 1
+        padding += int((~real).sum())
+        tokens += real.numel()
+    assert seen_negative and padding / tokens < 0.1
+
+
+def torch_all_right_padded(real) -> bool:
+    """Every row is real tokens then padding, never padding first."""
+    return bool((real.int().diff(dim=1) <= 0).all())
+
+
+def test_stored_teacher_topk_reaches_the_batch_aligned(topk_out, trainer_tokenizer):
+    settings = DataSettings(shards=str(topk_out), tokenizer=str(trainer_tokenizer),
+                            max_seq_len=512, batch_size=2, read_topk=True)
+    dataset, info = build_dataset(settings)
+    assert info["teacher_topk"] and info["tokenised_in_shards"]
+    # consume the whole (limited) stream: a half-read iterator leaves an executor behind
+    (batch,) = list(dataset.limit(2).iterator().iter_torch_batches(
+        batch_size=2, collate_fn=Collate(0, with_topk=True)))
+    present = batch["topk_present"]
+    assistant = (batch["span_ids"] == 1) | (batch["span_ids"] == 2)
+    assert present.equal(assistant)
+    # the stored lists put the true token first
+    assert (batch["topk_ids"][..., 0][present] == batch["input_ids"][present]).all()
+    mass = batch["topk_logprobs"].exp().sum(-1)[present]
+    assert (mass < 0.96).all() and (mass > 0).all()
+    assert (batch["topk_logprobs"][~present] == -np.inf).all()
+
+
+def test_inspect_shards_names_missing_columns(tmp_path):
+    (tmp_path / "trajectories").mkdir()
+    pq.write_table(pa.table({"id": ["a"], "text": ["x"]}), tmp_path / "trajectories" / "part-000000.parquet")
+    with pytest.raises(ValueError, match="spans"):
+        inspect_shards(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        inspect_shards(tmp_path / "missing")
+
+
+def test_curriculum_admits_the_easiest_rows_first_and_everything_later():
+    import torch
+
+    assert pacing_fraction(0.0, 0.3, 0.5) == pytest.approx(0.3)
+    assert pacing_fraction(0.25, 0.3, 0.5) == pytest.approx(0.65)
+    assert pacing_fraction(0.6, 0.3, 0.5) == 1.0
+    assert pacing_fraction(0.0, 0.3, 0.5, "root") == pytest.approx(0.3)
+    scores = np.arange(100, dtype=float)
+    sampler = CurriculumSampler.from_scores(scores, total_steps=100, start_fraction=0.3, ramp_fraction=0.5)
+    batch = torch.tensor([5.0, 50.0, 95.0])
+    assert sampler.admit(batch, 0).tolist() == [True, False, False]
+    assert sampler.admit(batch, 30).tolist() == [True, True, False]
+    assert sampler.admit(batch, 60).tolist() == [True, True, True]

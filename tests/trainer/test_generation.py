@@ -1,0 +1,115 @@
+"""Generation with the modifications on: cached decoding, the code-mode state machine on
+real trajectories, the MCH hybrid mode, and the evaluation metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+from tests.trainer.helpers import tiny_model
+from trainer.eval import StepOutcome, evaluate
+from trainer.generation import AgentPolicy, GenerationConfig
+from trainer.model.split_embedding import act_mode_from_spans, act_mode_from_tokens
+from trainer.tokens import load_tokenizer, special_ids
+
+
+def _policy(tokenizer_dir, **config):
+    tokenizer = load_tokenizer(str(tokenizer_dir))
+    ids = special_ids(tokenizer)
+    model = tiny_model(vocab_size=1024, split_embeddings=True, use_landmark=True,
+                       landmark_block_size=16, landmark_retrieval_topk=64, use_mch=True,
+                       tool_call_start_id=ids["tool_call_start"], im_end_id=ids["im_end"])
+    return AgentPolicy(model, tokenizer, GenerationConfig(**config))
+
+
+def test_state_machine_reproduces_training_code_mode_on_real_trajectories(tokenized_out, trainer_tokenizer):
+    ids = special_ids(load_tokenizer(str(trainer_tokenizer)))
+    table = pq.read_table(sorted((tokenized_out / "trajectories").glob("*.parquet"))[0]).slice(0, 8)
+    for tokens, spans in zip(table.column("input_ids").to_pylist(), table.column("span_ids").to_pylist()):
+        training = act_mode_from_spans(torch.tensor([tokens]), torch.tensor([spans]),
+                                       ids["tool_call_start"])[0].tolist()
+        generation = act_mode_from_tokens(tokens, ids["tool_call_start"], ids["im_end"])
+        first_turn = spans.index(1)  # the system prompt quotes <tool_call> as documentation
+        assert any(training) and training[first_turn:] == generation[first_turn:]
+
+
+def test_cached_sampling_matches_greedy_decoding_without_a_cache(trainer_tokenizer):
+    policy = _policy(trainer_tokenizer, max_new_tokens=12)
+    prompt = torch.randint(10, 1000, (1, 40))
+    mode = torch.zeros_like(prompt, dtype=torch.bool)
+    (fast,) = policy.sample(prompt, mode, 1, temperature=0.0)
+    ids = prompt
+    for token in fast:  # greedy, recomputing everything from scratch each step
+        with torch.no_grad():
+            logits = policy.model(input_ids=ids, act_mode=torch.zeros_like(ids, dtype=torch.bool)).logits
+        assert int(logits[0, -1].argmax()) == token
+        ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
+
+
+def test_hybrid_mode_switches_below_threshold_and_keeps_the_most_trusted_turn(trainer_tokenizer, monkeypatch):
+    policy = _policy(trainer_tokenizer, threshold=0.5, num_candidates=3)
+    start, end = policy.ids["tool_call_start"], policy.ids["im_end"]
+    greedy, candidates = [[7, start, 8, end]], [[9, start, 10, end], [11, start, 12, end], [13, end]]
+    monkeypatch.setattr(policy, "sample", lambda ids, mode, count, temperature:
+                        greedy if count == 1 else candidates)
+    scores = {8: 0.2, 10: 0.9, 12: 0.6}
+    monkeypatch.setattr(policy, "confidence", lambda ids, mode, turns:
+                        [scores.get(t[2]) if len(t) > 2 else None for t in turns])
+    turn = policy.act("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+                      [{"kind": "PROMPT", "start": 0, "end": 54, "step": -1}])
+    assert turn.switched and turn.confidence == 0.9
+    assert turn.text == policy.tokenizer.decode(candidates[0]) and turn.slow_seconds > 0
+    scores[8] = 0.7  # confident: no slow path
+    turn = policy.act("x", [{"kind": "PROMPT", "start": 0, "end": 1, "step": -1}])
+    assert not turn.switched and turn.confidence == 0.7 and turn.slow_seconds == 0
+
+
+def test_confidence_reads_the_mch_at_the_end_of_the_call(trainer_tokenizer):
+    policy = _policy(trainer_tokenizer)
+    start, end = policy.ids["tool_call_start"], policy.ids["im_end"]
+    prompt = torch.randint(10, 1000, (1, 30))
+    mode = torch.zeros_like(prompt, dtype=torch.bool)
+    scores = policy.confidence(prompt, mode, [[20, start, 21, 22, end], [23, 24, end], [start, 25]])
+    assert 0 < scores[0] < 1 and scores[1] is None and scores[2] is None
+
+
+class ScriptedEpisode:
+    """Accepts whatever the agent says; the script decides outcomes."""
+
+    env = "scripted"
+
+    def __init__(self, outcomes, success):
+        self.outcomes, self._success = list(outcomes), success
+
+    def context(self):
+        return "ctx", [{"kind": "PROMPT", "start": 0, "end": 3, "step": -1}]
+
+    def step(self, text):
+        return self.outcomes.pop(0)
+
+    @property
+    def success(self):
+        return self._success
+
+
+class ScriptedAdapter:
+    def episodes(self, count, seed):
+        yield ScriptedEpisode([StepOutcome(False, True, True), StepOutcome(False, True, False),
+                               StepOutcome(True)], success=True)
+        yield ScriptedEpisode([StepOutcome(True, True, False)], success=False)
+
+
+class FixedPolicy:
+    def act(self, text, spans):
+        from trainer.generation import Turn
+
+        return Turn("t", confidence=0.3, switched=True, seconds=2.0, slow_seconds=1.0)
+
+
+def test_evaluation_metrics():
+    summary = evaluate(FixedPolicy(), ScriptedAdapter(), num_episodes=2).summary()
+    assert summary["episodes"] == 2 and summary["success_rate"] == 0.5
+    assert summary["tool_calls"] == 3 and np.isclose(summary["syntax_error_rate"], 2 / 3)
+    assert summary["mean_steps"] == 2.0 and summary["mch_switch_rate"] == 1.0
+    assert summary["latency_overhead"] == 1.0  # slow path time / fast path time

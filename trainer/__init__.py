@@ -1,0 +1,11 @@
+"""trainer: the modified Qwen2.5 and the Structured Agent Distillation training job.
+
+    trainer.model      AgentQwen2ForCausalLM: split embeddings, landmark attention, MCH
+    trainer.losses     SAD (span-level KD) and the token-KD / SFT baselines, chunked
+    trainer.data       Ray Data stream from the Parquet shards (the only data contract)
+    trainer.fit        `python -m trainer fit`: Ray Train TorchTrainer (DDP or DeepSpeed)
+    trainer.eval       `python -m trainer eval`: a checkpoint as an agent (trainer.generation)
+
+It reads the shards through the data contract only and never imports the generation side
+(datagen, mutators, critics). Importing `trainer` itself loads nothing heavy.
+"""

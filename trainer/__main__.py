@@ -1,0 +1,43 @@
+"""Command line: `python -m trainer fit --config FILE [--set key=value ...]` and
+`python -m trainer eval --checkpoint DIR [...]` (see trainer.eval)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from trainer.config import ConfigError, load_config
+
+
+def _fit(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.config, args.set)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    from trainer.fit import fit
+
+    result = fit(cfg)
+    print(json.dumps({"run_dir": result.run_dir, "checkpoint": result.checkpoint,
+                      "metrics": result.metrics, "data": result.data}, indent=2, default=str))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer")
+    commands = parser.add_subparsers(dest="command", required=True)
+    fit_parser = commands.add_parser("fit", help="train (or resume) with a YAML config")
+    fit_parser.add_argument("--config", required=True, help="YAML file (configs/train_*.yaml)")
+    fit_parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                            help="override a field, e.g. --set run.max_steps=100")
+    fit_parser.set_defaults(handler=_fit)
+    from trainer.eval import add_eval_command
+
+    add_eval_command(commands)
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,184 @@
+"""Typed configuration of a training run (`python -m trainer fit --config FILE --set k=v`).
+
+One pydantic model per concern, composed in `TrainConfig`; every model forbids unknown
+fields, so a typo fails before any work starts and the message names the dotted field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message names the field."""
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(StrictModel):
+    builder: Literal["tiny", "qwen2_5_1_5b", "qwen2_5_32b"] | None = Field(
+        "tiny", description="random-init shape from trainer.model.builders (ignored with init_from)")
+    init_from: str | None = Field(None, description="local HF checkpoint (any Qwen2/Qwen2.5 or "
+                                  "one of ours) to start from instead of random weights")
+    split_embeddings: bool = Field(True, description="second embedding for tool-call tokens")
+    use_landmark: bool = Field(False, description="landmark attention (grouped softmax)")
+    landmark_block_size: int = Field(64, ge=1, description="tokens per landmark block")
+    landmark_retrieval_topk: int = Field(4, ge=1, description="blocks opened per query when decoding")
+    use_mch: bool = Field(True, description="meta-cognitive head (needs OUT/negatives to learn)")
+    mch_detach_backbone: bool = Field(True, description="MCH loss leaves the backbone alone")
+    gradient_checkpointing: bool = Field(False, description="recompute layers in backward: "
+                                         "~30% more compute for activation memory ~1 layer")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="weights dtype "
+                                                  "(bf16 on GPU; CPU runs use float32)")
+
+
+class DataConfig(StrictModel):
+    max_seq_len: int = Field(2048, ge=16, description="longer trajectories keep their prefix")
+    batch_size: int = Field(4, ge=1, description="rows per micro-batch per worker")
+    bucket_pool_batches: int = Field(8, ge=1, description="batches sorted by length together; "
+                                     "larger = less padding, less randomness")
+    negatives_per_trajectory: float = Field(1.0, ge=0, description="MCH negatives kept per trajectory")
+
+
+class LossConfig(StrictModel):
+    objective: Literal["sad", "token_kd", "sft"] = Field("sad", description="sad = span-level "
+                                                         "KD; token_kd / sft are the baselines")
+    teacher: Literal["onehot", "topk", "online"] = Field("onehot", description="onehot for "
+                                                         "scripted teachers; topk reads stored "
+                                                         "logprobs; online runs teacher_model")
+    teacher_model: str | None = Field(None, description="HF checkpoint of the online teacher")
+    lambda_reason: float = Field(1.0, ge=0)
+    lambda_act: float = Field(1.0, ge=0)
+    temperature: float = Field(1.0, gt=0)
+    chunk_size: int = Field(512, ge=1, description="time steps per logits chunk")
+    recompute_chunks: bool | None = Field(None, description="recompute chunk logits in "
+                                          "backward (memory for one extra head matmul); "
+                                          "null = only when full logits exceed 2 GiB")
+    pcgrad: bool = Field(False, description="project conflicting REASON/ACT gradients (2 backward passes)")
+    mch_weight: float = Field(0.5, ge=0, description="weight of the MCH binary loss")
+
+    @model_validator(mode="after")
+    def _teacher_model(self) -> "LossConfig":
+        if self.teacher == "online" and not self.teacher_model:
+            raise ValueError("teacher 'online' needs teacher_model")
+        return self
+
+
+class CurriculumConfig(StrictModel):
+    enabled: bool = False
+    start_fraction: float = Field(0.3, gt=0, le=1, description="easiest share used at step 0")
+    ramp_fraction: float = Field(0.5, ge=0, le=1, description="share of training until all data is in")
+    schedule: Literal["linear", "root"] = "linear"
+    weights: tuple[float, float, float] = Field((1.0, 1.0, 1.0), description="steps, "
+                                                "assistant tokens/1000, teacher entropy")
+
+
+class OptimConfig(StrictModel):
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_steps: int = Field(5, ge=0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="cosine decays to lr * this")
+    grad_clip: float = Field(1.0, ge=0, description="0 = no clipping")
+
+
+class RunConfig(StrictModel):
+    max_steps: int = Field(40, ge=1, description="optimizer steps (a resumed run continues to this)")
+    save_every: int = Field(0, ge=0, description="checkpoint every N steps (0 = only at the end)")
+    keep_checkpoints: int = Field(2, ge=1)
+    seed: int = 0
+    progress: bool = True
+
+
+class ScalingConfig(StrictModel):
+    num_workers: int = Field(1, ge=1)
+    cpus_per_worker: int = Field(1, ge=1, description="leave CPUs for Ray Data: 2 workers "
+                                 "x 1 CPU on a 2-CPU machine starve the parquet reader")
+    use_gpu: bool = False
+    strategy: Literal["ddp", "deepspeed"] = "ddp"
+    deepspeed_config: str | None = Field(None, description="DeepSpeed JSON (strategy deepspeed)")
+
+    @model_validator(mode="after")
+    def _deepspeed(self) -> "ScalingConfig":
+        if self.strategy == "deepspeed" and not self.deepspeed_config:
+            raise ValueError("strategy 'deepspeed' needs deepspeed_config")
+        return self
+
+
+class TrainConfig(StrictModel):
+    run_dir: str = Field(..., description="checkpoints, metrics.jsonl and Ray's run state; "
+                         "rerunning into it resumes. Multi-node: a path every node can reach")
+    shards: str = Field(..., description="dataset OUT root (trajectories/, optional negatives/)")
+    tokenizer: str = Field(..., description="tokenizer directory (scripts/build_tokenizer.py)")
+    ray_address: str | None = Field(None, description="Ray to join; default $RAY_ADDRESS or local")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+    scaling: ScalingConfig = Field(default_factory=ScalingConfig)
+
+    @model_validator(mode="after")
+    def _combinations(self) -> "TrainConfig":
+        if self.loss.pcgrad and self.loss.objective != "sad":
+            raise ValueError("loss.pcgrad separates the REASON and ACT terms of objective 'sad'")
+        if self.loss.pcgrad and self.scaling.strategy == "deepspeed":
+            raise ValueError("loss.pcgrad needs per-parameter gradients; not with deepspeed")
+        if self.model.builder is None and self.model.init_from is None:
+            raise ValueError("model needs a builder or init_from")
+        return self
+
+
+def _format_errors(error: ValidationError, source: str) -> str:
+    lines = [f"invalid config ({source}):"]
+    for item in error.errors():
+        path = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = "unknown field" if item["type"] == "extra_forbidden" \
+            else item["msg"].removeprefix("Value error, ")
+        lines.append(f"  {path}: {message}")
+    return "\n".join(lines)
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`key.sub=value`, the value read as YAML (numbers, booleans, lists work)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {item!r} must look like key=value")
+    return key.strip(), yaml.safe_load(raw)
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    for key in keys[:-1]:
+        data = data.setdefault(key, {})
+        if not isinstance(data, dict):
+            raise ConfigError(f"override {dotted}: {key} is not a section")
+    data[keys[-1]] = value
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None,
+                base: dict[str, Any] | None = None) -> TrainConfig:
+    """YAML file (or `base`), then `key=value` overrides, then validation."""
+    data: dict[str, Any] = dict(base or {})
+    source = str(path) if path else "arguments"
+    if path:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read config {path}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {path} must be a YAML mapping")
+        data.update(loaded)
+    for item in overrides or []:
+        _set_dotted(data, *parse_override(item))
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, source)) from None

@@ -1,0 +1,160 @@
+"""Two ways to run a training step: DDP (CPU/gloo or GPU/NCCL) and DeepSpeed ZeRO.
+
+Both expose the same small surface, so the training loop reads the same for a laptop and a
+32B run: `module` (call it for the forward), `unwrapped` (the AgentQwen2ForCausalLM),
+`backward(loss)`, `step() -> grad_norm`, `lr`, `state_dict()/load_state_dict()` for the
+optimizer+scheduler, and `save_weights(dir)` in Hugging Face format.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainer.config import OptimConfig
+
+
+def lr_lambda(warmup_steps: int, max_steps: int, min_ratio: float):
+    """Linear warmup, then cosine decay to `min_ratio` of the peak at `max_steps`."""
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / max(warmup_steps, 1)
+        progress = min((step - warmup_steps) / max(max_steps - warmup_steps, 1), 1.0)
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+    return factor
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+class DDPEngine:
+    """torch AdamW + LambdaLR around a model that Ray Train's prepare_model wrapped in DDP
+    (or left alone on one worker)."""
+
+    def __init__(self, model: nn.Module, optim: OptimConfig, max_steps: int,
+                 find_unused_parameters: bool = True) -> None:
+        import ray.train.torch
+
+        self.unwrapped = model
+        self.module = ray.train.torch.prepare_model(
+            model, parallel_strategy_kwargs={"find_unused_parameters": find_unused_parameters})
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=optim.betas,
+                                           weight_decay=optim.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda(optim.warmup_steps, max_steps, optim.min_lr_ratio))
+        self.grad_clip = optim.grad_clip
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def no_sync(self):
+        """Context without DDP's gradient hooks (PCGrad reduces gradients itself)."""
+        import contextlib
+
+        return self.module.no_sync() if hasattr(self.module, "no_sync") else contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> float:
+        params = [p for p in self.unwrapped.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip if self.grad_clip > 0 else float("inf"))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+    def save_weights(self, directory: str | Path, is_writer: bool) -> None:
+        if is_writer:
+            self.unwrapped.save_pretrained(str(directory))
+
+    def save_sharded(self, directory: str | Path) -> None:
+        """DDP keeps full optimizer state on every rank: rank 0's copy is the checkpoint."""
+
+    def load_sharded(self, directory: str | Path) -> None:
+        """Nothing sharded to load (see save_sharded)."""
+
+
+def read_deepspeed_config(path: str, micro_batch: int, optim: OptimConfig) -> dict[str, Any]:
+    """The DeepSpeed JSON with the run's batch size, optimizer and clipping filled in."""
+    config = json.loads(Path(path).read_text())
+    config["train_micro_batch_size_per_gpu"] = micro_batch
+    # One optimizer step per loop step, so run.max_steps, the schedule and the checkpoints
+    # count the same thing under DDP and DeepSpeed; scale batch size with workers instead.
+    config["gradient_accumulation_steps"] = 1
+    config.pop("train_batch_size", None)  # derived by DeepSpeed from the two above
+    config["gradient_clipping"] = optim.grad_clip
+    # The optimizer is torch's AdamW handed to DeepSpeed, not an "optimizer" entry here:
+    # DeepSpeed's own Adam kernels are JIT-compiled on first use (minutes on a fresh node).
+    config.pop("optimizer", None)
+    return config
+
+
+class DeepSpeedEngine:
+    """DeepSpeed's engine (ZeRO stage and bf16 from the JSON); checkpoints both as Hugging
+    Face weights (gathered to rank 0 under ZeRO-3) and as DeepSpeed's sharded state."""
+
+    def __init__(self, model: nn.Module, ds_config: dict[str, Any], optim: OptimConfig,
+                 max_steps: int) -> None:
+        import deepspeed
+
+        self.unwrapped = model
+        schedule = lr_lambda(optim.warmup_steps, max_steps, optim.min_lr_ratio)
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                      lr=optim.lr, betas=optim.betas,
+                                      weight_decay=optim.weight_decay)
+        self.module, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=model, optimizer=optimizer, config=ds_config,
+            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule))
+        self.zero_stage = ds_config.get("zero_optimization", {}).get("stage", 0)
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def no_sync(self):
+        raise NotImplementedError("PCGrad is not supported with DeepSpeed")
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.module.backward(loss)
+
+    def step(self) -> float:
+        self.module.step()
+        norm = self.module.get_global_grad_norm()
+        return float(norm) if norm is not None else float("nan")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}  # optimizer and scheduler live in DeepSpeed's own checkpoint
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def save_weights(self, directory: str | Path, is_writer: bool) -> None:
+        if self.zero_stage == 3:  # collective: every rank takes part in the gather
+            state = self.module._zero3_consolidated_16bit_state_dict()
+        else:
+            state = self.module.module.state_dict()
+        if is_writer:
+            self.unwrapped.save_pretrained(str(directory), state_dict=state)
+
+    def save_sharded(self, directory: str | Path) -> None:
+        self.module.save_checkpoint(str(Path(directory) / "deepspeed"), tag="state")
+
+    def load_sharded(self, directory: str | Path) -> None:
+        self.module.load_checkpoint(str(Path(directory) / "deepspeed"), tag="state")

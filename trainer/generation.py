@@ -1,0 +1,153 @@
+"""A checkpoint as an agent policy: one assistant turn at a time, with the model's
+modifications active at generation time.
+
+- split embeddings: the prompt's code-mode positions come from its span labels (the same
+  rule as training); generated tokens go through the `<tool_call>` state machine;
+- landmark attention: the model inserts landmarks as the KV cache grows and decodes with
+  top-k block retrieval (trainer.model.landmark);
+- MCH hybrid mode: a turn that makes a tool call is scored by the meta-cognitive head; below
+  the threshold the policy samples `num_candidates` more turns and keeps the one the head
+  trusts most (the greedy turn competes too). `Turn` records whether it switched and what the
+  slow path cost, so an evaluation can report the switch rate and the latency overhead.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from trainer.model import AgentQwen2ForCausalLM
+from trainer.model.split_embedding import ToolCallModeMachine, act_mode_from_spans, \
+    act_mode_from_tokens
+from trainer.tokens import TextTokenizer, special_ids, tokenize_with_spans
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = 256
+    temperature: float = 0.0            # 0 = greedy for the first attempt
+    hybrid: bool = True                 # use the MCH (when the model has one)
+    threshold: float | None = None      # default: the model config's mch_threshold
+    num_candidates: int | None = None   # default: the model config's mch_num_candidates
+    candidate_temperature: float = 0.8  # sampling temperature of the slow path
+    seed: int = 0
+
+
+@dataclass
+class Turn:
+    text: str                           # the assistant turn, up to and including <|im_end|>
+    confidence: float | None            # MCH confidence of the kept turn (None: not scored)
+    switched: bool                      # the slow path ran
+    seconds: float                      # wall time of the whole turn
+    slow_seconds: float                 # of which the slow path
+
+
+class AgentPolicy:
+    """Generates assistant turns from a rendered conversation (text + spans)."""
+
+    def __init__(self, model: AgentQwen2ForCausalLM, tokenizer: TextTokenizer,
+                 config: GenerationConfig = GenerationConfig()) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = config
+        self.ids = special_ids(tokenizer)
+        (newline_ids,), _ = tokenizer.encode(["\n"])
+        self.newline = newline_ids[-1]  # closes the ACT span after <|im_end|>
+        self.generator = torch.Generator().manual_seed(config.seed)
+        model_config = model.config
+        self.use_mch = config.hybrid and getattr(model_config, "use_mch", False)
+        self.threshold = config.threshold if config.threshold is not None else \
+            getattr(model_config, "mch_threshold", 0.5)
+        self.num_candidates = config.num_candidates or getattr(model_config, "mch_num_candidates", 4)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def encode_prompt(self, text: str, spans: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids [1, T] and code-mode flags [1, T] of a rendered conversation."""
+        ids, labels = tokenize_with_spans(self.tokenizer, [text], [spans])
+        input_ids = torch.tensor([ids[0]], dtype=torch.long)
+        span_ids = torch.tensor(labels[0], dtype=torch.long).unsqueeze(0)
+        act_mode = act_mode_from_spans(input_ids, span_ids, self.ids["tool_call_start"])
+        return input_ids.to(self.device), act_mode.to(self.device)
+
+    def _pick(self, logits: torch.Tensor, temperature: float) -> torch.Tensor:
+        if temperature <= 0:
+            return logits.argmax(-1)
+        probs = torch.softmax(logits.float() / temperature, dim=-1)
+        return torch.multinomial(probs.cpu(), 1, generator=self.generator).squeeze(-1).to(logits.device)
+
+    @torch.no_grad()
+    def sample(self, input_ids: torch.Tensor, act_mode: torch.Tensor, count: int,
+               temperature: float) -> list[list[int]]:
+        """`count` continuations decoded in lockstep with a KV cache; each ends at
+        <|im_end|> (included) or after max_new_tokens."""
+        ids, modes = input_ids.expand(count, -1), act_mode.expand(count, -1)
+        out = self.model(input_ids=ids, act_mode=modes, use_cache=True, logits_to_keep=1)
+        cache, logits = out.past_key_values, out.logits[:, -1]
+        machine = ToolCallModeMachine(count, self.ids["tool_call_start"], self.ids["im_end"])
+        generated: list[list[int]] = [[] for _ in range(count)]
+        done = [False] * count
+        for _ in range(self.config.max_new_tokens):
+            tokens = self._pick(logits, temperature).tolist()
+            tokens = [self.ids["pad"] if done[row] else tok for row, tok in enumerate(tokens)]
+            for row, token in enumerate(tokens):
+                if not done[row]:
+                    generated[row].append(token)
+                    done[row] = token == self.ids["im_end"]
+            if all(done):
+                break
+            mode = torch.tensor([machine.step(tokens)], device=self.device).T
+            step = torch.tensor([tokens], device=self.device).T
+            out = self.model(input_ids=step, act_mode=mode, past_key_values=cache,
+                             use_cache=True, logits_to_keep=1)
+            cache, logits = out.past_key_values, out.logits[:, -1]
+        return generated
+
+    @torch.no_grad()
+    def confidence(self, input_ids: torch.Tensor, act_mode: torch.Tensor,
+                   turns: list[list[int]]) -> list[float | None]:
+        """MCH confidence of each turn that makes a tool call (None for the others), read
+        at the newline that closes the ACT span, as in training."""
+        scored = [i for i, t in enumerate(turns) if self.ids["tool_call_start"] in t
+                  and t and t[-1] == self.ids["im_end"]]
+        result: list[float | None] = [None] * len(turns)
+        if not scored:
+            return result
+        rows = [turns[i] + [self.newline] for i in scored]
+        width = input_ids.shape[1] + max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.ids["pad"], dtype=torch.long, device=self.device)
+        modes = torch.zeros_like(ids, dtype=torch.bool)
+        positions = []
+        for row, turn in enumerate(rows):
+            end = input_ids.shape[1] + len(turn)
+            ids[row, :end] = torch.cat([input_ids[0], torch.tensor(turn, device=self.device)])
+            turn_modes = act_mode_from_tokens(turn, self.ids["tool_call_start"], self.ids["im_end"])
+            modes[row, :end] = torch.cat([act_mode[0], torch.tensor(turn_modes, device=self.device)])
+            positions.append([end - 1])
+        out = self.model(input_ids=ids, act_mode=modes, logits_to_keep=1,
+                         mch_positions=torch.tensor(positions, device=self.device))
+        for row, index in enumerate(scored):
+            result[index] = float(torch.sigmoid(out.mch_logits[row, 0]))
+        return result
+
+    def act(self, text: str, spans: list[dict]) -> Turn:
+        """The next assistant turn for a conversation that ends with the assistant header."""
+        started = time.perf_counter()
+        input_ids, act_mode = self.encode_prompt(text, spans)
+        turns = self.sample(input_ids, act_mode, 1, self.config.temperature)
+        confidences = self.confidence(input_ids, act_mode, turns) if self.use_mch else [None]
+        switched, slow_started = False, time.perf_counter()
+        if confidences[0] is not None and confidences[0] < self.threshold:
+            switched = True
+            candidates = self.sample(input_ids, act_mode, self.num_candidates,
+                                     self.config.candidate_temperature)
+            turns = turns + candidates
+            confidences = confidences + self.confidence(input_ids, act_mode, candidates)
+        slow = time.perf_counter() - slow_started if switched else 0.0
+        best = max(range(len(turns)), key=lambda i: -1.0 if confidences[i] is None else confidences[i])
+        return Turn(self.tokenizer.decode(turns[best]), confidences[best], switched,
+                    time.perf_counter() - started, slow)

@@ -1,0 +1,207 @@
+"""Structured Agent Distillation (SAD) and the baselines it is compared with.
+
+SAD: `L = lambda_r * KL_REASON + lambda_a * KL_ACT`, each a mean over the tokens of its span
+kind (PROMPT and OBS tokens never contribute). Position t predicts token t+1, so a position
+counts under the span kind of the token it predicts. The teacher distribution comes from:
+  (a) "topk":   stored top-k teacher log-probabilities per token, the remaining mass as one
+                tail bucket (k = vocab gives the full KL); tokens without stored top-k fall
+                back to (c);
+  (b) "online": a teacher model with the same tokenizer, run forward in the same job;
+  (c) "onehot": the token itself (scripted teachers): span-weighted cross-entropy.
+Baselines: "token_kd" (one KL mean over all assistant tokens) and "sft" (cross-entropy over
+assistant tokens; on teacher-written data this is sequence-level KD).
+
+Everything is computed chunked over time from the final hidden states. When the full
+logits would be large (auto: > 2 GiB; Qwen2.5-32B with V = 152k at 8k tokens is ~15 GiB),
+each chunk's logits (student and teacher) exist only inside a checkpointed function and are
+recomputed in backward, so peak memory is one [B, chunk, V] slab per model instead of
+[B, T, V]. Below that, chunks keep their activations and cost the same as one big
+cross-entropy (recomputing costs one extra head matmul per token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+PROMPT, REASON, ACT, OBS = 0, 1, 2, 3
+Objective = Literal["sad", "token_kd", "sft"]
+TeacherKind = Literal["onehot", "topk", "online"]
+_TAIL_EPS = 1e-6  # teacher tail mass below this is rounding error of a full top-k
+RECOMPUTE_ABOVE_BYTES = 2 << 30
+
+
+@dataclass
+class TeacherSignal:
+    """The teacher's view of a batch, aligned with input_ids [B, T]: entry t describes the
+    distribution token t was drawn from (what position t-1 of the student predicts)."""
+
+    kind: TeacherKind = "onehot"
+    topk_ids: torch.Tensor | None = None        # [B, T, K] long
+    topk_logprobs: torch.Tensor | None = None   # [B, T, K] float, -inf where padded
+    topk_present: torch.Tensor | None = None    # [B, T] bool: teacher generated token t
+    hidden: torch.Tensor | None = None          # [B, T, H_teacher] (online)
+    head: nn.Module | None = None               # teacher lm_head (online)
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    objective: Objective = "sad"
+    lambda_reason: float = 1.0
+    lambda_act: float = 1.0
+    temperature: float = 1.0
+    chunk_size: int = 512
+    recompute: bool | None = None  # None: recompute chunk logits in backward when the full
+    #                                logits would take more than RECOMPUTE_ABOVE_BYTES
+
+
+def topk_kl(student_logprobs: torch.Tensor, topk_ids: torch.Tensor,
+            topk_logprobs: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) over the teacher's top-k tokens plus one tail bucket holding
+    the rest of each distribution. student_logprobs [..., V]; topk [..., K]; returns [...]."""
+    present = torch.isfinite(topk_logprobs)
+    teacher_p = topk_logprobs.exp()
+    student_k = student_logprobs.gather(-1, topk_ids)
+    head_terms = torch.where(present, teacher_p * (topk_logprobs - student_k),
+                             torch.zeros_like(teacher_p))
+    teacher_tail = (1.0 - teacher_p.sum(-1)).clamp(min=0.0)
+    student_in_k = torch.logsumexp(student_k.masked_fill(~present, float("-inf")), dim=-1)
+    student_tail_log = torch.log(-torch.expm1(student_in_k.clamp(max=-1e-7)))
+    tail_term = torch.where(
+        teacher_tail > _TAIL_EPS,
+        teacher_tail * (torch.log(teacher_tail.clamp(min=_TAIL_EPS)) - student_tail_log),
+        torch.zeros_like(teacher_tail))
+    return head_terms.sum(-1) + tail_term
+
+
+def full_kl(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor) -> torch.Tensor:
+    """KL(teacher || student) over the whole vocabulary; returns [...]."""
+    return (teacher_logprobs.exp() * (teacher_logprobs - student_logprobs)).sum(-1)
+
+
+def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Per-position cross-entropy [B, c] (flattened: the fast contiguous kernel)."""
+    flat = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                           reduction="none")
+    return flat.view(targets.shape)
+
+
+def _chunk_divergence(hidden: torch.Tensor, targets: torch.Tensor, topk_ids: torch.Tensor | None,
+                      topk_logprobs: torch.Tensor | None, topk_present: torch.Tensor | None,
+                      teacher_hidden: torch.Tensor | None, *, head: nn.Module,
+                      teacher_head: nn.Module | None, kind: TeacherKind,
+                      temperature: float) -> torch.Tensor:
+    """Per-position divergence [B, c] for one time chunk (recomputed in backward)."""
+    logits = head(hidden).float()
+    if kind == "onehot":
+        return _cross_entropy(logits, targets)
+    if kind == "online":
+        with torch.no_grad():
+            teacher_logits = teacher_head(teacher_hidden).float()
+        vocab = min(logits.shape[-1], teacher_logits.shape[-1])  # 151936 vs 152064 padding
+        student = F.log_softmax(logits[..., :vocab] / temperature, dim=-1)
+        teacher = F.log_softmax(teacher_logits[..., :vocab] / temperature, dim=-1)
+        return full_kl(student, teacher) * temperature ** 2
+    logprobs = F.log_softmax(logits, dim=-1)
+    student = logprobs if temperature == 1.0 else F.log_softmax(logits / temperature, dim=-1)
+    divergence = topk_kl(student, topk_ids, topk_logprobs) * temperature ** 2
+    cross_entropy = -logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # no-top-k tokens
+    return torch.where(topk_present, divergence, cross_entropy)
+
+
+def _shift(tensor: torch.Tensor | None) -> torch.Tensor | None:
+    """Entries for the token each position predicts (t -> t+1)."""
+    return None if tensor is None else tensor[:, 1:]
+
+
+def per_token_losses(hidden: torch.Tensor, head: nn.Module, input_ids: torch.Tensor,
+                     teacher: TeacherSignal, settings: LossSettings) -> torch.Tensor:
+    """Divergence at every prediction position [B, T-1], computed chunk by chunk."""
+    kind = "onehot" if settings.objective == "sft" else teacher.kind
+    hidden, targets = hidden[:, :-1], input_ids[:, 1:]  # the last position predicts nothing
+    extras = (_shift(teacher.topk_ids), _shift(teacher.topk_logprobs),
+              _shift(teacher.topk_present),
+              None if teacher.hidden is None else teacher.hidden[:, :-1])
+    if kind == "topk" and extras[0] is None:
+        raise ValueError("teacher kind 'topk' needs topk_ids/topk_logprobs in the batch")
+    if kind == "online" and (extras[3] is None or teacher.head is None):
+        raise ValueError("teacher kind 'online' needs the teacher's hidden states and head")
+    options = dict(head=head, teacher_head=teacher.head, kind=kind,
+                   temperature=settings.temperature)
+    recompute = settings.recompute
+    if recompute is None:  # float32 logits, their log-softmax and gradient: ~3 copies
+        vocab = getattr(head, "out_features", None) or 0
+        recompute = 3 * 4 * targets.numel() * vocab > RECOMPUTE_ABOVE_BYTES
+    pieces = []
+    for start in range(0, targets.shape[1], settings.chunk_size):
+        window = slice(start, start + settings.chunk_size)
+        args = [hidden[:, window], targets[:, window]] + \
+               [None if x is None else x[:, window] for x in extras]
+        if recompute and torch.is_grad_enabled():
+            pieces.append(checkpoint(_chunk_divergence, *args, use_reentrant=False, **options))
+        else:
+            pieces.append(_chunk_divergence(*args, **options))
+    return torch.cat(pieces, dim=1)
+
+
+def span_means(token_losses: torch.Tensor, span_ids: torch.Tensor,
+               row_weight: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Sums, counts and means of per-position losses by the span kind of the predicted
+    token. Rows with weight 0 (MCH negatives) contribute nothing."""
+    target_span = span_ids[:, 1:]
+    keep = torch.ones_like(target_span, dtype=torch.bool) if row_weight is None \
+        else (row_weight > 0).unsqueeze(1).expand_as(target_span)
+    parts: dict[str, torch.Tensor] = {}
+    for name, kind in (("reason", REASON), ("act", ACT)):
+        mask = (target_span == kind) & keep
+        total = (token_losses * mask).sum()
+        count = mask.sum()
+        parts[f"{name}_sum"], parts[f"{name}_tokens"] = total, count
+        parts[name] = total / count.clamp(min=1)
+    return parts
+
+
+def combine(parts: dict[str, torch.Tensor], settings: LossSettings) -> torch.Tensor:
+    """The objective's scalar from span sums (see module docstring)."""
+    if settings.objective == "sad":
+        return settings.lambda_reason * parts["reason"] + settings.lambda_act * parts["act"]
+    tokens = (parts["reason_tokens"] + parts["act_tokens"]).clamp(min=1)
+    return (parts["reason_sum"] + parts["act_sum"]) / tokens
+
+
+def make_loss_fn(input_ids: torch.Tensor, span_ids: torch.Tensor, teacher: TeacherSignal,
+                 settings: LossSettings, row_weight: torch.Tensor | None = None,
+                 ) -> Callable[[torch.Tensor, nn.Module], tuple[torch.Tensor, dict]]:
+    """The `loss_fn(hidden, lm_head)` the model calls inside its forward."""
+    def loss_fn(hidden: torch.Tensor, head: nn.Module) -> tuple[torch.Tensor, dict]:
+        token_losses = per_token_losses(hidden, head, input_ids, teacher, settings)
+        parts = span_means(token_losses, span_ids, row_weight)
+        return combine(parts, settings), parts
+    return loss_fn
+
+
+def pcgrad_combine(grads_reason: list[torch.Tensor | None], grads_act: list[torch.Tensor | None],
+                   ) -> tuple[list[torch.Tensor | None], bool]:
+    """PCGrad (Yu et al. 2020) for two tasks: when the REASON and ACT gradients conflict
+    (negative dot product), project each onto the normal plane of the other, then sum.
+    Returns the combined per-parameter gradients and whether a projection happened."""
+    pairs = [(r, a) for r, a in zip(grads_reason, grads_act) if r is not None and a is not None]
+    dot = sum((r * a).sum() for r, a in pairs) if pairs else torch.tensor(0.0)
+    conflict = bool(dot < 0)
+    if conflict:
+        norm_r = sum((r * r).sum() for r, _ in pairs).clamp(min=1e-20)
+        norm_a = sum((a * a).sum() for _, a in pairs).clamp(min=1e-20)
+    combined: list[torch.Tensor | None] = []
+    for r, a in zip(grads_reason, grads_act):
+        if r is None or a is None:
+            combined.append(r if a is None else a)
+        elif conflict:
+            combined.append((r - dot / norm_a * a) + (a - dot / norm_r * r))
+        else:
+            combined.append(r + a)
+    return combined, conflict

@@ -1,0 +1,73 @@
+"""Throughput accounting: FLOPs per token, peak FLOPs per device, MFU, and the per-step
+`metrics.jsonl` writer.
+
+MFU = achieved model FLOPs / peak. Model FLOPs per trained token follow PaLM's accounting:
+6 x (matmul parameters) + 12 x layers x hidden x sequence length (attention scores and
+values), plus 2 x teacher matmul parameters for an online teacher's forward pass. Peak
+numbers are dense bf16 tensor-core FLOPs from the vendors' data sheets.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PEAK_BF16_FLOPS = {  # dense, no sparsity; longest key that matches the device name wins
+    "H200": 989e12, "H100 PCIe": 756e12, "H100 NVL": 835e12, "H100": 989e12,
+    "GH200": 989e12, "B200": 2250e12, "A100": 312e12, "A800": 312e12, "L40S": 362e12,
+    "L40": 181e12, "L4": 121e12, "A10G": 70e12, "A10": 125e12, "RTX 4090": 165e12,
+}
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """Peak bf16 FLOP/s of `device`, None on CPU or an unknown GPU (then no MFU)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    matches = [key for key in PEAK_BF16_FLOPS if key in name]
+    return PEAK_BF16_FLOPS[max(matches, key=len)] if matches else None
+
+
+def matmul_params(config: Any) -> int:
+    """Parameters that take part in matrix multiplies per token (embeddings excluded, the
+    output head included)."""
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    head_dim = getattr(config, "head_dim", None) or hidden // config.num_attention_heads
+    attention = hidden * head_dim * (2 * config.num_attention_heads + 2 * config.num_key_value_heads)
+    mlp = 3 * hidden * config.intermediate_size
+    return layers * (attention + mlp) + config.vocab_size * hidden
+
+
+def train_flops_per_token(config: Any, seq_len: int, teacher_config: Any | None = None) -> float:
+    """Forward + backward FLOPs per trained token (see module docstring)."""
+    flops = 6 * matmul_params(config) + 12 * config.num_hidden_layers * config.hidden_size * seq_len
+    if teacher_config is not None:
+        flops += 2 * matmul_params(teacher_config) + \
+            4 * teacher_config.num_hidden_layers * teacher_config.hidden_size * seq_len
+    return float(flops)
+
+
+class MetricsLog:
+    """Appends one JSON object per step to `metrics.jsonl` (rank 0 only)."""
+
+    def __init__(self, path: str | Path, enabled: bool) -> None:
+        self.path, self.enabled = Path(path), enabled
+        if enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        record = {"time": round(time.time(), 3), **record}
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl (for tests, notebooks and benchmarks)."""
+    lines = Path(path).read_text().splitlines() if Path(path).exists() else []
+    return [json.loads(line) for line in lines if line.strip()]

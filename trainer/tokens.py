@@ -1,0 +1,129 @@
+"""Token-level labels from the data contract: span kinds per token, MCH step positions,
+complexity scores. Pure functions over NumPy/Arrow, used by the Ray Data stages in
+`trainer.data` and by generation (prompts are labelled the same way as training rows).
+
+Span kind ids follow the contract: 0 PROMPT, 1 REASON, 2 ACT, 3 OBS.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+SPAN_KIND_ID = {"PROMPT": 0, "REASON": 1, "ACT": 2, "OBS": 3, "ERROR": 4}  # ERROR: a repair's wrong call, no loss
+ACT = SPAN_KIND_ID["ACT"]
+TOOL_CALL_OPEN, IM_END = "<tool_call>", "<|im_end|>"
+
+
+class TextTokenizer:
+    """A Hugging Face tokenizer directory read with the `tokenizers` library alone.
+
+    The Ray Data stages only need ids, offsets and a few special ids; the `tokenizers`
+    backend gives exactly what `AutoTokenizer` gives (it is the same backend) and imports in
+    milliseconds, where `transformers` costs each Ray worker seconds to import."""
+
+    def __init__(self, directory: str | Path) -> None:
+        from tokenizers import Tokenizer
+
+        self.directory = Path(directory)
+        self.backend = Tokenizer.from_file(str(self.directory / "tokenizer.json"))
+        config_file = self.directory / "tokenizer_config.json"
+        config = json.loads(config_file.read_text()) if config_file.exists() else {}
+        pad = config.get("pad_token") or "<|endoftext|>"
+        pad = pad["content"] if isinstance(pad, dict) else pad
+        self.pad_id = self.backend.token_to_id(pad) or 0
+
+    def __len__(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def token_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+    def encode(self, texts: list[str]) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:
+        """Ids and character offsets; no special tokens added (the template has them)."""
+        encodings = self.backend.encode_batch(texts, add_special_tokens=False)
+        return [e.ids for e in encodings], [e.offsets for e in encodings]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=False)
+
+    def save(self, directory: str | Path) -> None:
+        """Copy the tokenizer files next to a checkpoint (so from_pretrained finds them)."""
+        for path in self.directory.iterdir():
+            if path.is_file() and not path.name.endswith((".safetensors", ".pt", ".bin")):
+                shutil.copy2(path, Path(directory) / path.name)
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(path: str) -> TextTokenizer:
+    """The tokenizer of a directory, cached per process (Ray reuses worker processes)."""
+    return TextTokenizer(path)
+
+
+def special_ids(tokenizer: TextTokenizer) -> dict[str, int]:
+    """Ids of the markers the model's mode switch and the MCH rely on."""
+    ids = {name: tokenizer.token_id(token) for name, token in
+           (("tool_call_start", TOOL_CALL_OPEN), ("im_end", IM_END))}
+    missing = [name for name, value in ids.items() if value is None]
+    if missing:
+        raise ValueError(f"tokenizer lacks {missing}: build it with scripts/build_tokenizer.py")
+    ids["pad"] = tokenizer.pad_id
+    return ids
+
+
+def label_tokens(offsets: Sequence[Sequence[int]], spans: Sequence[dict]) -> np.ndarray:
+    """Span kind per token (int8): the span holding the token's first character. Same rule
+    as the generation side, so labels computed here equal stored `span_ids`."""
+    if not spans:
+        return np.zeros(len(offsets), dtype=np.int8)
+    starts = np.fromiter((span["start"] for span in spans), dtype=np.int64, count=len(spans))
+    kinds = np.fromiter((SPAN_KIND_ID[span["kind"]] for span in spans), dtype=np.int8,
+                        count=len(spans))
+    token_starts = np.fromiter((offset[0] for offset in offsets), dtype=np.int64,
+                               count=len(offsets))
+    index = np.searchsorted(starts, token_starts, side="right") - 1
+    return kinds[np.clip(index, 0, len(spans) - 1)]
+
+
+def tokenize_with_spans(tokenizer: TextTokenizer, texts: list[str], spans: list[list[dict]],
+                        ) -> tuple[list[list[int]], list[np.ndarray]]:
+    """Tokenise texts and label every token with its span kind."""
+    ids, offsets = tokenizer.encode(texts)
+    return ids, [label_tokens(o, row_spans) for o, row_spans in zip(offsets, spans)]
+
+
+def act_runs(span_ids: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) token ranges, end exclusive, of contiguous ACT runs."""
+    is_act = np.concatenate([[False], np.asarray(span_ids) == ACT, [False]])
+    edges = np.flatnonzero(is_act[1:] != is_act[:-1])
+    return list(zip(edges[0::2].tolist(), edges[1::2].tolist()))
+
+
+def tool_call_step_ends(input_ids: np.ndarray, span_ids: np.ndarray,
+                        tool_call_start_id: int) -> list[int]:
+    """Index of the last token of every ACT run that holds a tool call (where the MCH
+    scores a step). Final-answer ACT runs have no `<tool_call>` and are not scored."""
+    ids = np.asarray(input_ids)
+    return [end - 1 for start, end in act_runs(span_ids)
+            if (ids[start:end] == tool_call_start_id).any()]
+
+
+def topk_entropy(topk_logprobs: Sequence[Sequence[float]]) -> float:
+    """Mean entropy (nats) of the stored teacher top-k distributions, tail ignored; 0 when
+    none are stored."""
+    entropies = [-float(np.sum(np.exp(lp) * lp)) for lp in topk_logprobs if len(lp)]
+    return float(np.mean(entropies)) if entropies else 0.0
+
+
+def complexity(n_steps: int, span_ids: np.ndarray, entropy: float = 0.0,
+               weights: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> float:
+    """Heuristic difficulty of a trajectory for the curriculum: tool-call steps, assistant
+    tokens (per 1000) and teacher entropy, weighted."""
+    span_ids = np.asarray(span_ids)
+    assistant_tokens = int(np.isin(span_ids, (1, 2)).sum())
+    return weights[0] * n_steps + weights[1] * assistant_tokens / 1000.0 + weights[2] * entropy
