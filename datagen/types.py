@@ -7,6 +7,7 @@ no validation logic of their own (configs and parsers validate at the edges).
 from __future__ import annotations
 
 import hashlib
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,14 +125,26 @@ class Trajectory:
 class TokenTrace:
     """The exact tokens of an LLM episode, aligned: template segments as tokenised for the
     model, generated turns as the ids the model produced (never re-tokenised). `span_ids` holds
-    a SPAN_KIND_ID per token; `topk_ids`/`topk_logprobs` the teacher's top-k per token, empty
-    for tokens the teacher did not generate (prompt, observations, template glue)."""
+    a SPAN_KIND_ID per token. The teacher's top-k is stored flat and compact (a chunk of 2,000
+    long trajectories at k=20 would need gigabytes as nested Python lists): `topk_counts[i]`
+    entries belong to token i - 0 for tokens the teacher did not generate (prompt,
+    observations, template glue) - and follow token by token in `topk_ids` / `topk_logprobs`."""
 
     tokenizer: str
     ids: list[int] = field(default_factory=list)
     span_ids: list[int] = field(default_factory=list)
-    topk_ids: list[list[int]] = field(default_factory=list)
-    topk_logprobs: list[list[float]] = field(default_factory=list)
+    topk_counts: array = field(default_factory=lambda: array("i"))
+    topk_ids: array = field(default_factory=lambda: array("i"))
+    topk_logprobs: array = field(default_factory=lambda: array("f"))
+
+    def topk_lists(self) -> tuple[list[list[int]], list[list[float]]]:
+        """Per-token top-k as nested lists, the shape of the `teacher_topk_*` columns."""
+        ids, logprobs, at = [], [], 0
+        for count in self.topk_counts:
+            ids.append(self.topk_ids[at:at + count].tolist())
+            logprobs.append(self.topk_logprobs[at:at + count].tolist())
+            at += count
+        return ids, logprobs
 
 
 def trajectory_id(task_id: str, teacher: str, round_: int, sample: int = 0) -> str:

@@ -211,8 +211,8 @@ class Conversation:
     def abandon_turn(self) -> None:
         """The turn was never generated: drop its assistant header from the trace."""
         if self.trace is not None and self._header_at is not None:
-            trace = self.trace.trace
-            for column in (trace.ids, trace.span_ids, trace.topk_ids, trace.topk_logprobs):
+            trace = self.trace.trace  # the header is template text: it has no top-k entries
+            for column in (trace.ids, trace.span_ids, trace.topk_counts):
                 del column[self._header_at:]
 
     def add_turn(self, step: Step, gen: Generation) -> None:

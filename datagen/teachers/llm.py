@@ -9,6 +9,7 @@ the AIMD limit, the request cache, reusable environments - is kept on the teache
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from datagen.envs import Environment
@@ -39,7 +40,13 @@ class LLMTeacher(Teacher):
         leases its own environment instance (`envs` is not shared across episodes)."""
         if not tasks:
             return []
-        return asyncio.run(self.runner.run_batch(tasks, round_))
+        batch = self.runner.run_batch(tasks, round_)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # the usual case: a chunk worker, a script
+            return asyncio.run(batch)
+        with ThreadPoolExecutor(1) as pool:  # called from async code (a notebook): own loop
+            return pool.submit(asyncio.run, batch).result()
 
     def rollout(self, task: Task, env: Environment, round_: int = 0) -> Trajectory:
         return self.rollout_batch([task], None, round_)[0]

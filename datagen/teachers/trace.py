@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+import pyarrow as pa
 
 from datagen.chat import IM_END
 from datagen.spans import tokenize_with_spans
@@ -51,7 +52,8 @@ class TraceBuilder:
     def __init__(self, tokenizer: Any, tokenizer_name: str, encode_cache: dict[str, list[int]]):
         self.tokenizer = tokenizer
         self.trace = TokenTrace(tokenizer=tokenizer_name)
-        self._cache = encode_cache  # shared across episodes: every task of an env has the same system turn
+        # Shared across episodes: every task of an environment has the same system turn.
+        self._cache = encode_cache
         self.im_end_id = tokenizer.convert_tokens_to_ids(IM_END)
 
     @property
@@ -72,8 +74,7 @@ class TraceBuilder:
         trace = self.trace
         trace.ids.extend(ids)
         trace.span_ids.extend([SPAN_KIND_ID[kind]] * len(ids))
-        trace.topk_ids.extend([] for _ in ids)
-        trace.topk_logprobs.extend([] for _ in ids)
+        trace.topk_counts.extend([0] * len(ids))
 
     def add_generated(self, ids: list[int], topk_ids: list[list[int]] | None,
                       topk_logprobs: list[list[float]] | None, act_at: int) -> None:
@@ -85,11 +86,13 @@ class TraceBuilder:
         trace.ids.extend(ids)
         trace.span_ids.extend(REASON if i < act_token else ACT for i in range(len(ids)))
         if topk_ids is not None and topk_logprobs is not None and len(topk_ids) == len(ids):
-            trace.topk_ids.extend(topk_ids)
-            trace.topk_logprobs.extend(topk_logprobs)
+            for token_ids, token_logprobs in zip(topk_ids, topk_logprobs):
+                count = min(len(token_ids), len(token_logprobs))
+                trace.topk_counts.append(count)
+                trace.topk_ids.extend(token_ids[:count])
+                trace.topk_logprobs.extend(token_logprobs[:count])
         else:
-            trace.topk_ids.extend([] for _ in ids)
-            trace.topk_logprobs.extend([] for _ in ids)
+            trace.topk_counts.extend([0] * len(ids))
         closed = bool(ids) and ids[-1] == self.im_end_id
         self.add_template("\n" if closed else IM_END + "\n", "ACT")
 
@@ -100,14 +103,26 @@ def turn_text(tokenizer: Any, ids: list[int]) -> str:
     return decode(tokenizer, ids[:-1] if ids and ids[-1] == im_end_id else ids)
 
 
+def _nested_list(counts: np.ndarray, values: np.ndarray, row_lengths: list[int],
+                 value_type: pa.DataType) -> pa.ListArray:
+    """list<list<value>> from per-token entry counts, flat values and tokens per row."""
+    inner = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=inner[1:])
+    outer = np.zeros(len(row_lengths) + 1, dtype=np.int32)
+    np.cumsum(row_lengths, out=outer[1:])
+    tokens = pa.ListArray.from_arrays(pa.array(inner), pa.array(values, type=value_type))
+    return pa.ListArray.from_arrays(pa.array(outer), tokens)
+
+
 def teacher_columns(trajectories: list[Trajectory], rendered: list[tuple[str, list[Span]]],
                     tokenizer: Any, tokenizer_name: str | None,
-                    ) -> tuple[tuple[list[list[int]], list[np.ndarray]] | None, dict[str, list]]:
+                    ) -> tuple[tuple[list[list[int]], list[np.ndarray]] | None, dict[str, Any]]:
     """The token columns (input_ids, span_ids) and the LLM-teacher columns of a batch.
 
     Rows with a trace take it as is; the others (episodes that never reached the model, task
     failures) are tokenised from their rendered text, with an empty top-k for every token.
-    Without any tokenizer only `teacher_meta` is returned."""
+    Without any tokenizer only `teacher_meta` is returned. The top-k columns are assembled
+    from the traces' flat arrays straight into Arrow (no per-token Python lists)."""
     meta = [orjson.dumps(traj.meta).decode() for traj in trajectories]
     if tokenizer is None and all(traj.tokens is None for traj in trajectories):
         return None, {"teacher_meta": meta}
@@ -117,22 +132,32 @@ def teacher_columns(trajectories: list[Trajectory], rendered: list[tuple[str, li
         ids, labels = tokenize_with_spans(tokenizer, [rendered[i][0] for i in missing],
                                           [rendered[i][1] for i in missing])
         fallback = dict(zip(missing, zip(ids, labels)))
-    input_ids, span_ids, topk_ids, topk_logprobs, names = [], [], [], [], []
+    input_ids, span_ids, names = [], [], []
+    counts, topk_ids, topk_logprobs = [], [], []
     for i, traj in enumerate(trajectories):
         trace = traj.tokens
-        if trace is not None:
-            input_ids.append(trace.ids)
-            span_ids.append(np.asarray(trace.span_ids, dtype=np.int8))
-            topk_ids.append(trace.topk_ids)
-            topk_logprobs.append(trace.topk_logprobs)
-            names.append(trace.tokenizer)
+        if trace is None:
+            ids, labels = fallback.get(i, ([], np.zeros(0, dtype=np.int8)))
+            input_ids.append(list(ids))
+            span_ids.append(labels)
+            counts.append(np.zeros(len(ids), dtype=np.int32))
+            names.append(tokenizer_name)
             continue
-        ids, labels = fallback.get(i, ([], np.zeros(0, dtype=np.int8)))
-        input_ids.append(list(ids))
-        span_ids.append(labels)
-        topk_ids.append([[] for _ in ids])
-        topk_logprobs.append([[] for _ in ids])
-        names.append(tokenizer_name)
-    return (input_ids, span_ids), {"teacher_topk_ids": topk_ids,
-                                   "teacher_topk_logprobs": topk_logprobs,
-                                   "tokenizer": names, "teacher_meta": meta}
+        input_ids.append(trace.ids)
+        span_ids.append(np.asarray(trace.span_ids, dtype=np.int8))
+        counts.append(np.frombuffer(trace.topk_counts, dtype=np.int32))
+        topk_ids.append(np.frombuffer(trace.topk_ids, dtype=np.int32))
+        topk_logprobs.append(np.frombuffer(trace.topk_logprobs, dtype=np.float32))
+        names.append(trace.tokenizer)
+    lengths = [len(ids) for ids in input_ids]
+    all_counts = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int32)
+
+    def flat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+    return (input_ids, span_ids), {
+        "teacher_topk_ids": _nested_list(all_counts, flat(topk_ids, np.int32), lengths,
+                                         pa.int32()),
+        "teacher_topk_logprobs": _nested_list(all_counts, flat(topk_logprobs, np.float32),
+                                              lengths, pa.float32()),
+        "tokenizer": names, "teacher_meta": meta}

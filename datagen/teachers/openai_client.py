@@ -1,0 +1,225 @@
+"""The `openai` teacher: any OpenAI-compatible chat-completions endpoint, asynchronously.
+
+Many episodes share one aiohttp session; `AIMDLimiter` bounds the requests in flight and adapts
+to 429s. A request is retried on 429, 5xx, 408/409, timeouts, connection errors and malformed
+bodies, with exponential backoff and full jitter (honouring Retry-After); after `max_retries`
+the turn fails and the episode records why. Successful bodies go to the request cache
+(`cache.py`), so a resumed run replays them for free. Usage gives token counts and cost.
+
+The API key is read once from the environment variable the config names. It is sent in the
+Authorization header and nowhere else: every error text is redacted before it is recorded or
+logged (a server may echo request headers back in an error body).
+
+Tool formats: `template` (default) keeps the model's turn as text with `<tool_call>` blocks -
+exactly what a Qwen-template server (vLLM, SGLang) generated; `native` uses the API's tools /
+tool_calls fields (hosted APIs) and rebuilds the same text form for the row.
+
+`token_ids` (vLLM servers) switches to tokens in, tokens out: the episode's exact token trace
+goes to /v1/completions as the prompt, and the exact generated ids and their top-k come back
+(`return_tokens_as_token_ids`). Chat completions would re-render and re-tokenise earlier turns,
+so the teacher's later distributions would be conditioned on ids other than the row's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import orjson
+
+from datagen.chat import IM_END
+from datagen.teachers.aimd import AIMDLimiter
+from datagen.teachers.cache import RequestCache, fingerprint
+from datagen.teachers.config import OpenAIConfig, SamplingConfig, TeacherConfig
+from datagen.teachers.episode import Generation, TurnBackend, TurnRequest
+from datagen.teachers.llm import LLMTeacher
+from datagen.teachers.openai_wire import native_messages, parse_choice, parse_completion
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+
+def backoff_seconds(attempt: int, base: float, cap: float, retry_after: str | None) -> float:
+    """Full-jitter exponential backoff; a numeric Retry-After is a lower bound (within cap)."""
+    delay = random.uniform(0, min(cap, base * 2 ** attempt))
+    if retry_after:
+        try:
+            delay = max(delay, min(cap, float(retry_after)))
+        except ValueError:
+            pass  # an HTTP-date Retry-After: the jittered backoff is good enough
+    return delay
+
+
+def _public_url(url: str) -> str:
+    """`url` without user:password (it goes into every row's metadata)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+class OpenAIBackend(TurnBackend):
+    """Chat completions over HTTP with AIMD concurrency, retries, cache and accounting."""
+
+    def __init__(self, config: OpenAIConfig, sampling: SamplingConfig,
+                 cache_dir: str | Path | None = None) -> None:
+        self.config, self.sampling = config, sampling
+        endpoint = "/completions" if config.token_ids else "/chat/completions"
+        self.url = config.base_url.rstrip("/") + endpoint
+        self._api_key = self._read_key(config.api_key_env)
+        self.limiter = AIMDLimiter(config.initial_concurrency, config.min_concurrency,
+                                   config.max_concurrency)
+        directory = config.cache_dir or cache_dir
+        self.cache = (RequestCache(Path(directory) / "openai_requests.sqlite")
+                      if config.cache and directory else None)
+        if config.token_ids:
+            from transformers import AutoTokenizer
+
+            self.tokenizer_name = config.tokenizer
+            self.tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
+        self._session: Any = None
+        self.requests_sent = 0
+
+    @staticmethod
+    def _read_key(variable: str | None) -> str | None:
+        if variable is None:
+            return None
+        key = os.environ.get(variable)
+        if not key:
+            raise ValueError(f"teacher.openai.api_key_env names ${variable}, which is not set")
+        return key
+
+    def redact(self, text: str) -> str:
+        """`text` with the API key removed: error bodies can echo request headers."""
+        return text.replace(self._api_key, "[redacted]") if self._api_key else text
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "openai", "model": self.config.model,
+                "endpoint": _public_url(self.config.base_url),
+                "tool_format": self.config.tool_format,
+                "logprobs_mode": "server" if self.sampling.logprobs else None}
+
+    async def start(self) -> None:
+        import aiohttp
+
+        self.limiter.bind_loop()
+        headers = {"Content-Type": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        connector = aiohttp.TCPConnector(limit=self.config.max_concurrency)
+        self._session = aiohttp.ClientSession(headers=headers, connector=connector,
+                                              timeout=aiohttp.ClientTimeout(
+                                                  total=self.config.timeout_s))
+
+    async def stop(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def request_body(self, request: TurnRequest) -> dict[str, Any]:
+        """The JSON body of a turn request (also the cache key's content)."""
+        config, sampling = self.config, self.sampling
+        body: dict[str, Any] = {"model": config.model, "max_tokens": request.max_tokens,
+                                "temperature": sampling.temperature, "top_p": sampling.top_p}
+        if config.token_ids:  # vLLM extensions: exact ids in and out, special tokens kept
+            body.update(prompt=request.prompt_ids, return_tokens_as_token_ids=True,
+                        skip_special_tokens=False, include_stop_str_in_output=True,
+                        stop_token_ids=[self.tokenizer.convert_tokens_to_ids(IM_END)])
+            if sampling.logprobs:
+                body["logprobs"] = sampling.logprobs
+        elif config.tool_format == "native":
+            body["tools"] = request.tools
+            body["messages"] = native_messages(request.messages)
+        else:  # the template renders the tools; the server must not parse calls itself
+            body.update(messages=request.messages, tools=request.tools, tool_choice="none")
+        if sampling.stop:
+            body["stop"] = sampling.stop
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        if sampling.logit_bias:
+            body["logit_bias"] = {str(token): bias for token, bias in sampling.logit_bias.items()}
+        if sampling.logprobs and not config.token_ids:
+            body["logprobs"] = True
+            body["top_logprobs"] = sampling.logprobs
+        body.update(config.extra_body)
+        return body
+
+    async def generate(self, request: TurnRequest) -> Generation:
+        body = self.request_body(request)
+        key = fingerprint(body, request.key) if self.cache is not None else ""
+        cached = self.cache.get(key) if self.cache is not None else None
+        if cached is not None:
+            gen = self._parse(orjson.loads(cached))
+            gen.cached = True
+            return gen
+        started = time.perf_counter()
+        raw, response, retries, error = await self._post_with_retries(orjson.dumps(body))
+        if error is not None:
+            return Generation(error=error, retries=retries, seconds=time.perf_counter() - started)
+        gen = self._parse(response)
+        gen.retries, gen.seconds = retries, time.perf_counter() - started
+        if gen.error is None and self.cache is not None:
+            self.cache.put(key, raw)
+        return gen
+
+    def _parse(self, response: dict[str, Any]) -> Generation:
+        try:
+            gen = (parse_completion(response, self.tokenizer, self.sampling.logprobs)
+                   if self.config.token_ids else parse_choice(response))
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
+            return Generation(error=self.redact(f"malformed response: {type(exc).__name__}: "
+                                                f"{str(exc)[:200]}"))
+        gen.cost_usd = (gen.prompt_tokens * self.config.usd_per_million_input_tokens
+                        + gen.completion_tokens * self.config.usd_per_million_output_tokens) / 1e6
+        return gen
+
+    async def _post_with_retries(self, payload: bytes,
+                                 ) -> tuple[bytes, dict[str, Any], int, str | None]:
+        """POST until a readable 200 or a final failure: (raw, body, retries, error)."""
+        failure = "no attempt made"
+        for attempt in range(self.config.max_retries + 1):
+            retry_after = None
+            async with self.limiter.slot() as slot:
+                try:
+                    status, raw, retry_after = await self._post(payload)
+                    if status == 200:
+                        response = orjson.loads(raw)
+                        response["choices"][0]  # noqa: B018 - a body we cannot read is retried
+                        slot.succeeded = True
+                        return raw, response, attempt, None
+                    failure = f"HTTP {status}: {raw[:200].decode(errors='replace')}"
+                    slot.throttled = status == 429
+                    if status not in RETRYABLE_STATUS:  # 400, 401, 404...: retrying will not help
+                        return b"", {}, attempt, self.redact(failure)
+                except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+                    failure = f"malformed body: {type(exc).__name__}: {str(exc)[:120]}"
+                except Exception as exc:  # timeouts, resets, refused connections
+                    failure = self._describe_transport_error(exc)
+            if attempt < self.config.max_retries:
+                delay = backoff_seconds(attempt, self.config.backoff_base_s,
+                                        self.config.backoff_max_s, retry_after)
+                log.info("retry %d/%d in %.2fs after %s", attempt + 1, self.config.max_retries,
+                         delay, self.redact(failure)[:120])
+                await asyncio.sleep(delay)
+        return b"", {}, self.config.max_retries, self.redact(
+            f"gave up after {self.config.max_retries + 1} attempts: {failure}")
+
+    async def _post(self, payload: bytes) -> tuple[int, bytes, str | None]:
+        self.requests_sent += 1
+        async with self._session.post(self.url, data=payload) as response:
+            return response.status, await response.read(), response.headers.get("Retry-After")
+
+    def _describe_transport_error(self, exc: Exception) -> str:
+        if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+            return f"timeout after {self.config.timeout_s}s"
+        return f"connection error: {type(exc).__name__}: {str(exc)[:160]}"
+
+
+def make_openai_teacher(config: TeacherConfig, work_dir: str | None = None) -> LLMTeacher:
+    cache_dir = Path(work_dir) / "_cache" if work_dir else None
+    return LLMTeacher(config, OpenAIBackend(config.openai, config.sampling, cache_dir))

