@@ -14,7 +14,7 @@ modifications active at generation time.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -42,6 +42,7 @@ class Turn:
     switched: bool                      # the slow path ran
     seconds: float                      # wall time of the whole turn
     slow_seconds: float                 # of which the slow path
+    ids: list[int] = field(default_factory=list)  # the kept turn's token ids
 
 
 class AgentPolicy:
@@ -82,16 +83,16 @@ class AgentPolicy:
 
     @torch.no_grad()
     def sample(self, input_ids: torch.Tensor, act_mode: torch.Tensor, count: int,
-               temperature: float) -> list[list[int]]:
+               temperature: float, max_new_tokens: int | None = None) -> list[list[int]]:
         """`count` continuations decoded in lockstep with a KV cache; each ends at
-        <|im_end|> (included) or after max_new_tokens."""
+        <|im_end|> (included) or after `max_new_tokens` (default: the config's)."""
         ids, modes = input_ids.expand(count, -1), act_mode.expand(count, -1)
         out = self.model(input_ids=ids, act_mode=modes, use_cache=True, logits_to_keep=1)
         cache, logits = out.past_key_values, out.logits[:, -1]
         machine = ToolCallModeMachine(count, self.ids["tool_call_start"], self.ids["im_end"])
         generated: list[list[int]] = [[] for _ in range(count)]
         done = [False] * count
-        for _ in range(self.config.max_new_tokens):
+        for _ in range(max_new_tokens or self.config.max_new_tokens):
             tokens = self._pick(logits, temperature).tolist()
             tokens = [self.ids["pad"] if done[row] else tok for row, tok in enumerate(tokens)]
             for row, token in enumerate(tokens):
@@ -138,16 +139,32 @@ class AgentPolicy:
         """The next assistant turn for a conversation that ends with the assistant header."""
         started = time.perf_counter()
         input_ids, act_mode = self.encode_prompt(text, spans)
-        turns = self.sample(input_ids, act_mode, 1, self.config.temperature)
+        return self._turn(input_ids, act_mode, None, started)
+
+    def act_on_tokens(self, prompt_ids: list[int], span_ids: list[int],
+                      max_new_tokens: int | None = None) -> Turn:
+        """The next assistant turn for an exact token prompt with its span kind per token
+        (an episode's token trace, as datagen's LLM teachers keep it): no re-tokenising."""
+        started = time.perf_counter()
+        input_ids = torch.tensor([prompt_ids], dtype=torch.long)
+        span_tensor = torch.tensor([span_ids], dtype=torch.long)
+        act_mode = act_mode_from_spans(input_ids, span_tensor, self.ids["tool_call_start"])
+        return self._turn(input_ids.to(self.device), act_mode.to(self.device), max_new_tokens,
+                          started)
+
+    def _turn(self, input_ids: torch.Tensor, act_mode: torch.Tensor,
+              max_new_tokens: int | None, started: float) -> Turn:
+        """Greedy (or configured) turn, then the MCH slow path when it is not confident."""
+        turns = self.sample(input_ids, act_mode, 1, self.config.temperature, max_new_tokens)
         confidences = self.confidence(input_ids, act_mode, turns) if self.use_mch else [None]
         switched, slow_started = False, time.perf_counter()
         if confidences[0] is not None and confidences[0] < self.threshold:
             switched = True
             candidates = self.sample(input_ids, act_mode, self.num_candidates,
-                                     self.config.candidate_temperature)
+                                     self.config.candidate_temperature, max_new_tokens)
             turns = turns + candidates
             confidences = confidences + self.confidence(input_ids, act_mode, candidates)
         slow = time.perf_counter() - slow_started if switched else 0.0
         best = max(range(len(turns)), key=lambda i: -1.0 if confidences[i] is None else confidences[i])
         return Turn(self.tokenizer.decode(turns[best]), confidences[best], switched,
-                    time.perf_counter() - started, slow)
+                    time.perf_counter() - started, slow, turns[best])

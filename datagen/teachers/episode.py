@@ -42,6 +42,9 @@ class TurnRequest:
     tools: list[dict[str, Any]]
     max_tokens: int
     key: str  # trajectory id + turn: tells apart episodes whose prompts coincide (request cache)
+    # span kind id per prompt token (token backends): a student policy whose embedding depends
+    # on the span (split embeddings) reads the prompt the way it was trained
+    prompt_span_ids: list[int] | None = None
 
 
 @dataclass(slots=True)
@@ -201,12 +204,12 @@ class Conversation:
             self.context_tokens = len(self.trace.ids)
 
     def request(self, key: str, max_tokens: int) -> TurnRequest:
-        prompt_ids = None
+        prompt_ids = span_ids = None
         if self.trace is not None:
             self._header_at = len(self.trace.ids)
             self.trace.add_template(generation_prompt(), "PROMPT")
-            prompt_ids = list(self.trace.ids)
-        return TurnRequest(self.messages, prompt_ids, self.tools, max_tokens, key)
+            prompt_ids, span_ids = list(self.trace.ids), list(self.trace.trace.span_ids)
+        return TurnRequest(self.messages, prompt_ids, self.tools, max_tokens, key, span_ids)
 
     def abandon_turn(self) -> None:
         """The turn was never generated: drop its assistant header from the trace."""

@@ -84,18 +84,27 @@ def test_rerun_resumes_step_count_optimizer_and_loss(first_run, pipeline_out, tr
                       weights_only=False)["position"]["step"] == RESUMED_STEPS
 
 
-def test_eval_runs_the_checkpoint_as_an_agent(first_run, tmp_path, monkeypatch):
+def test_eval_runs_the_checkpoint_as_an_agent(first_run, tmp_path):
     from trainer.__main__ import main
 
     run_dir, _, _ = first_run
     report = tmp_path / "eval.json"
-    monkeypatch.chdir(ROOT)  # the default adapter is scripts/eval_agent.py
     assert main(["eval", "--checkpoint", str(run_dir), "--envs", "sql", "--num-episodes", "2",
                  "--max-steps", "2", "--max-new-tokens", "24", "--out", str(report)]) == 0
     summary = json.loads(report.read_text())
     assert summary["episodes"] == 2 and 0 <= summary["success_rate"] <= 1
     assert 1 <= summary["mean_steps"] <= 2 and 0 <= summary["syntax_error_rate"] <= 1
+    assert summary["decoder"] == "policy" and summary["mch_scored_turns"] >= 0
+    assert sum(summary["failures"].values()) >= 2 - round(2 * summary["success_rate"])
     assert {"mch_switch_rate", "latency_overhead", "per_env"} <= set(summary)
+
+
+def test_batched_eval_refuses_a_checkpoint_it_cannot_decode(first_run):
+    from trainer.eval import evaluate
+
+    run_dir, _, _ = first_run
+    with pytest.raises(ValueError, match="split_embeddings and use_landmark.*--decoder policy"):
+        evaluate(str(run_dir), ["sql"], 1, decoder="batched")
 
 
 def test_unknown_config_field_fails_naming_it(tmp_path):

@@ -8,8 +8,9 @@ import pyarrow.parquet as pq
 import torch
 
 from tests.trainer.helpers import tiny_model
-from trainer.eval import StepOutcome, evaluate
-from trainer.generation import AgentPolicy, GenerationConfig
+from datagen.types import Step, Task, ToolCall, Trajectory
+from trainer.eval import summarize
+from trainer.generation import AgentPolicy, GenerationConfig, Turn
 from trainer.model.split_embedding import act_mode_from_spans, act_mode_from_tokens
 from trainer.tokens import load_tokenizer, special_ids
 
@@ -51,7 +52,7 @@ def test_hybrid_mode_switches_below_threshold_and_keeps_the_most_trusted_turn(tr
     policy = _policy(trainer_tokenizer, threshold=0.5, num_candidates=3)
     start, end = policy.ids["tool_call_start"], policy.ids["im_end"]
     greedy, candidates = [[7, start, 8, end]], [[9, start, 10, end], [11, start, 12, end], [13, end]]
-    monkeypatch.setattr(policy, "sample", lambda ids, mode, count, temperature:
+    monkeypatch.setattr(policy, "sample", lambda ids, mode, count, temperature, max_new=None:
                         greedy if count == 1 else candidates)
     scores = {8: 0.2, 10: 0.9, 12: 0.6}
     monkeypatch.setattr(policy, "confidence", lambda ids, mode, turns:
@@ -74,42 +75,50 @@ def test_confidence_reads_the_mch_at_the_end_of_the_call(trainer_tokenizer):
     assert 0 < scores[0] < 1 and scores[1] is None and scores[2] is None
 
 
-class ScriptedEpisode:
-    """Accepts whatever the agent says; the script decides outcomes."""
-
-    env = "scripted"
-
-    def __init__(self, outcomes, success):
-        self.outcomes, self._success = list(outcomes), success
-
-    def context(self):
-        return "ctx", [{"kind": "PROMPT", "start": 0, "end": 3, "step": -1}]
-
-    def step(self, text):
-        return self.outcomes.pop(0)
-
-    @property
-    def success(self):
-        return self._success
+def _trajectory(env, steps, success, error=None):
+    task = Task(id=f"t-{env}-{len(steps)}", env=env, seed=0, instruction="x", gold=[])
+    return Trajectory(id=task.id, task=task, tools=[], steps=steps, success=success,
+                      reward=float(success), teacher="eval", error=error)
 
 
-class ScriptedAdapter:
-    def episodes(self, count, seed):
-        yield ScriptedEpisode([StepOutcome(False, True, True), StepOutcome(False, True, False),
-                               StepOutcome(True)], success=True)
-        yield ScriptedEpisode([StepOutcome(True, True, False)], success=False)
+CALL = '<tool_call>{"name": "q", "arguments": {}}</tool_call>'
 
 
-class FixedPolicy:
-    def act(self, text, spans):
-        from trainer.generation import Turn
+def test_evaluation_metrics_from_trajectories():
+    ok = Step("r", call=ToolCall("q", {}), raw=CALL)
+    bad_schema = Step("r", raw=CALL, error="invalid_arguments: arguments.limit: expected integer")
+    cut = Step("r", raw='<tool_call>{"na', error="truncated: the turn hit the 24-token limit")
+    answer = Step("r", answer="42", raw="Final answer: 42")
+    trajectories = [_trajectory("sql", [ok, bad_schema, ok, answer], True),
+                    _trajectory("fs", [cut], False, error="turn 0: truncated: ..."),
+                    _trajectory("fs", [answer], False, error="wrong_answer: rejected")]
+    turns = [Turn("t", confidence=0.3, switched=True, seconds=2.0, slow_seconds=1.0),
+             Turn("t", confidence=None, switched=False, seconds=1.0, slow_seconds=0.0)]
+    summary = summarize(trajectories, turns)
+    assert summary["episodes"] == 3 and np.isclose(summary["success_rate"], 1 / 3)
+    assert summary["tool_calls"] == 4 and summary["syntax_error_rate"] == 0.5
+    assert summary["mean_steps"] == 2.0
+    assert summary["failures"] == {"invalid_arguments": 1, "truncated": 1, "wrong_answer": 1}
+    assert summary["per_env"] == {"sql": {"episodes": 1, "successes": 1},
+                                  "fs": {"episodes": 2, "successes": 0}}
+    assert summary["mch_scored_turns"] == 1 and summary["mch_switch_rate"] == 1.0
+    assert summary["latency_overhead"] == 0.5  # slow path 1 s over fast path 2 s
 
-        return Turn("t", confidence=0.3, switched=True, seconds=2.0, slow_seconds=1.0)
 
+def test_policy_and_batched_decoders_play_the_same_episodes_on_a_plain_checkpoint(
+        trainer_tokenizer, tmp_path):
+    """With every modification off, AgentPolicy's turns through datagen's episode loop are
+    datagen's own batched HF decoding, token for token (greedy)."""
+    from trainer.eval import rollout
+    from trainer.tokens import TextTokenizer
 
-def test_evaluation_metrics():
-    summary = evaluate(FixedPolicy(), ScriptedAdapter(), num_episodes=2).summary()
-    assert summary["episodes"] == 2 and summary["success_rate"] == 0.5
-    assert summary["tool_calls"] == 3 and np.isclose(summary["syntax_error_rate"], 2 / 3)
-    assert summary["mean_steps"] == 2.0 and summary["mch_switch_rate"] == 1.0
-    assert summary["latency_overhead"] == 1.0  # slow path time / fast path time
+    tiny_model(vocab_size=1024).save_pretrained(tmp_path)
+    TextTokenizer(trainer_tokenizer).save(tmp_path)
+    options = dict(max_steps=2, generation=GenerationConfig(max_new_tokens=16),
+                   on_invalid_turn="feedback", max_batch_size=1)
+    policy, turns = rollout(str(tmp_path), ["sql", "fs"], 3, decoder="policy", **options)
+    batched, _ = rollout(str(tmp_path), ["sql", "fs"], 3, decoder="batched", **options)
+    assert len(turns) == sum(len(t.steps) for t in policy) >= 3
+    assert [t.tokens.ids for t in policy] == [t.tokens.ids for t in batched]
+    assert [[s.raw for s in t.steps] for t in policy] == [[s.raw for s in t.steps] for t in batched]
+    assert all(t.error for t in policy)  # a random model does not solve tasks: reasons recorded
