@@ -80,7 +80,11 @@ class AgentQwen2ForCausalLM(Qwen2ForCausalLM):
         # The ACT embedding starts as the base embedding; from_pretrained calls this only for
         # parameters the checkpoint lacks, after the base embedding has been loaded.
         if module is getattr(self, "act_embed_tokens", None):
-            init.copy_(module.weight, self.model.embed_tokens.weight)
+            base = self.model.embed_tokens.weight
+            # Under ZeRO-3 only the missing parameters are gathered here and the loaded base
+            # is an empty partition: trainer.loop then copies it with both gathered.
+            if base.numel():
+                init.copy_(module.weight, base)
         elif isinstance(module, LandmarkToken):
             init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
         else:
