@@ -44,6 +44,9 @@ class DataConfig(StrictModel):
     bucket_pool_batches: int = Field(8, ge=1, description="batches sorted by length together; "
                                      "larger = less padding, less randomness")
     negatives_per_trajectory: float = Field(1.0, ge=0, description="MCH negatives kept per trajectory")
+    check_tokenizer: bool = Field(True, description="refuse shards whose token ids (input_ids, "
+                                  "teacher top-k) were made with another tokenizer than ours, "
+                                  "as recorded in their `tokenizer` column")
 
 
 class LossConfig(StrictModel):

@@ -51,6 +51,7 @@ class DataSettings:
     use_mch: bool = False               # build MCH labels and negatives
     negatives_per_trajectory: float = 1.0  # keep about this many negatives per trajectory
     read_topk: bool = False             # read stored teacher top-k columns
+    check_tokenizer: bool = True        # shard token ids must be in our tokenizer
     seed: int = 0
     complexity_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
 
@@ -63,6 +64,7 @@ class ShardLayout:
     negative_pairs: list[tuple[str, str]]   # (trajectories/part-K, negatives/part-K)
     has_tokens: bool
     has_topk: bool
+    tokenizers: frozenset[str] = frozenset()  # the `tokenizer` column's values (first shard)
 
 
 def inspect_shards(root: str | Path) -> ShardLayout:
@@ -78,8 +80,37 @@ def inspect_shards(root: str | Path) -> ShardLayout:
     by_name = {Path(f).name: f for f in files}
     pairs = [(by_name[p.name], str(p)) for p in sorted((root / "negatives").glob("part-*.parquet"))
              if p.name in by_name]
+    recorded = frozenset()
+    if "tokenizer" in names:
+        column = pq.read_table(files[0], columns=["tokenizer"]).column("tokenizer")
+        recorded = frozenset(v for v in column.unique().to_pylist() if v)
     return ShardLayout(files, pairs, all(c in names for c in TOKEN_COLUMNS),
-                       all(c in names for c in TOPK_COLUMNS))
+                       all(c in names for c in TOPK_COLUMNS), recorded)
+
+
+def same_tokenizer(recorded: str, ours: str) -> bool:
+    """The same name or directory, or directories with byte-identical tokenizer.json."""
+    if recorded == ours:
+        return True
+    theirs, mine = Path(recorded) / "tokenizer.json", Path(ours) / "tokenizer.json"
+    if theirs.is_file() and mine.is_file():
+        return theirs.read_bytes() == mine.read_bytes()
+    return False
+
+
+def check_shard_tokenizer(layout: ShardLayout, settings: DataSettings) -> None:
+    """Token ids from another tokenizer would train on garbage without any error: refuse
+    them before work starts (`data.check_tokenizer: false` after checking by hand, e.g. when
+    the teacher's tokenizer was recorded by a hub name and ours is a local copy of it)."""
+    if not settings.check_tokenizer or not (layout.has_tokens or settings.read_topk):
+        return
+    foreign = sorted(name for name in layout.tokenizers
+                     if not same_tokenizer(name, settings.tokenizer))
+    if foreign:
+        raise ValueError(
+            f"{layout.trajectory_files[0]}: token ids were made with tokenizer {foreign}, not "
+            f"{settings.tokenizer!r} (tokenizer); point `tokenizer` at the teacher's tokenizer, "
+            f"or set data.check_tokenizer=false if they are the same")
 
 
 def _list_array(values: list[Any], value_type: pa.DataType) -> pa.Array:
@@ -216,6 +247,7 @@ def build_dataset(settings: DataSettings) -> tuple[Any, dict[str, Any]]:
     import ray
 
     layout = inspect_shards(settings.shards)
+    check_shard_tokenizer(layout, settings)
     if settings.read_topk and not layout.has_topk:
         raise ValueError(f"teacher 'topk' needs {TOPK_COLUMNS} in the shards; "
                          f"{layout.trajectory_files[0]} has none")

@@ -71,6 +71,7 @@ def data_settings(cfg: TrainConfig) -> DataSettings:
                         use_mch=cfg.model.use_mch,
                         negatives_per_trajectory=cfg.data.negatives_per_trajectory,
                         read_topk=cfg.loss.teacher == "topk" and cfg.loss.objective != "sft",
+                        check_tokenizer=cfg.data.check_tokenizer,
                         seed=cfg.run.seed, complexity_weights=tuple(cfg.curriculum.weights))
 
 
