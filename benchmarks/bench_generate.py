@@ -3,46 +3,69 @@
     .venv/bin/python benchmarks/bench_generate.py                 # 10k and 100k trajectories
     .venv/bin/python benchmarks/bench_generate.py --sizes 20000 --stages
 
-Reports trajectories/s per worker core (spans and Parquet writing included; Ray start-up
-excluded: Ray is started before the clock starts) and the peak RSS of the driver plus the chunk
-workers, sampled every 100 ms. `--stages` also times each stage in one process, without Ray,
-to show where the time goes.
+Reports trajectories/s per worker core (spans and Parquet writing included) and the peak RSS
+of the driver plus the chunk workers, sampled every 100 ms. Ray start-up is excluded: Ray is
+started before the clock, and the seconds the pipeline spends starting its worker actors
+(process, imports, environments) are shown apart (`start s`) and left out of `traj/s/core`;
+`(incl. start)` counts them. Chunks default to the pipeline's default size. `--stages` also
+times each stage of a chunk in one process, without Ray, to show where the time goes.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import threading
 import time
+from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
 
 
 class PeakRss:
-    """Samples the summed RSS of this process and every `ray::ChunkWorker` process."""
+    """Samples the summed RSS of this process and of the `ray::ChunkWorker` processes among
+    its descendants (the local Ray it started; another Ray on the host is not counted).
+
+    Finding the workers means reading every process's command line (~8 ms of driver CPU, which
+    competes with the workers on a small machine), so they are looked up once a second and
+    their RSS is read every 100 ms."""
 
     def __init__(self) -> None:
         self.peak = 0
+        self._workers: list[psutil.Process] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _find_workers(self) -> None:
+        workers = []
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                if "ChunkWorker" in " ".join(proc.cmdline()):
+                    workers.append(proc)
+            except psutil.Error:
+                pass
+        self._workers = workers
+
     def _sample(self) -> int:
         total = psutil.Process().memory_info().rss
-        for proc in psutil.process_iter(["cmdline"]):
-            cmdline = " ".join(proc.info["cmdline"] or [])
-            if "ChunkWorker" in cmdline:
-                try:
-                    total += proc.memory_info().rss
-                except psutil.Error:
-                    pass
+        for proc in self._workers:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                pass
         return total
 
     def _run(self) -> None:
+        ticks = 0
         while not self._stop.is_set():
+            if ticks % 10 == 0:
+                self._find_workers()
             self.peak = max(self.peak, self._sample())
+            ticks += 1
             time.sleep(0.1)
 
     def __enter__(self) -> "PeakRss":
@@ -55,9 +78,12 @@ class PeakRss:
 
 
 # Configurations measured: trajectories alone (the issue-2 target), then with each later stage.
+# Critics are on by default in GenerateConfig, so every configuration says explicitly whether
+# it runs them.
 STAGES = {
-    "trajectories": {"negatives": {"enabled": False}},
-    "+negatives": {"negatives": {"enabled": True}},
+    "trajectories": {"negatives": {"enabled": False}, "critics": {"enabled": False}},
+    "+negatives": {"negatives": {"enabled": True}, "critics": {"enabled": False}},
+    "+critics": {"negatives": {"enabled": True}, "critics": {"enabled": True}},
 }
 
 
@@ -76,48 +102,71 @@ def run_pipeline(n: int, workers: int, chunk_size: int, stages: dict) -> dict:
         size = sum(f.stat().st_size for f in out.glob("*/part-*.parquet"))
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    return {"n": n, "wall_s": wall, "traj_per_s": n / wall, "per_core": n / wall / workers,
+    working = wall - summary.startup_seconds
+    return {"n": n, "wall_s": wall, "startup_s": summary.startup_seconds,
+            "per_core": n / working / workers, "per_core_wall": n / wall / workers,
             "peak_rss_mib": rss.peak / 2**20, "mib_on_disk": size / 2**20,
             "success": min(e["success_rate"] for e in summary.per_env.values())}
 
 
-def stage_profile(n: int) -> None:
-    """Time each stage of a chunk in this process (no Ray)."""
-    from datagen.chunk import ChunkProcessor
+def stage_profile(n: int, chunk_size: int) -> None:
+    """Time each stage of `ChunkProcessor.process` in this process (no Ray), chunk by chunk as
+    a worker runs them: tasks generated and rolled out slice by slice, the columnar table, the
+    chunk's statistics, then the shard (zstd Parquet, sha256, fsync, rename) and its marker."""
+    from datagen.chunk import SEQUENTIAL_SLICE, Chunk, ChunkProcessor, chunk_stats, tune_gc
     from datagen.config import GenerateConfig
-    from datagen.rows import render_row, rows_to_table, trajectory_schema
-    from datagen.shards import parquet_bytes
+    from datagen.rows import render, trajectory_table
+    from datagen.types import Task
 
-    processor = ChunkProcessor(GenerateConfig(num_trajectories=n, out=tempfile.mkdtemp(),
+    out = tempfile.mkdtemp(prefix="bench-stages-")
+    processor = ChunkProcessor(GenerateConfig(num_trajectories=2 * n, out=out,
                                               **STAGES["trajectories"]))
-    timings = {}
-    started = time.perf_counter()
-    items = processor.source.generate(0, n, processor.envs)
-    timings["generate tasks"] = time.perf_counter() - started
-    started = time.perf_counter()
-    trajectories = processor.teacher.rollout_batch(items, processor.envs)
-    timings["oracle rollout (env steps + reasoning)"] = time.perf_counter() - started
-    started = time.perf_counter()
-    rows = [render_row(t)[0] for t in trajectories]
-    timings["render text + spans + row"] = time.perf_counter() - started
-    started = time.perf_counter()
-    table = rows_to_table(rows, trajectory_schema(False))
-    timings["build Arrow table"] = time.perf_counter() - started
-    started = time.perf_counter()
-    data = parquet_bytes(table)
-    timings["write Parquet (zstd 1)"] = time.perf_counter() - started
+    processor.process(Chunk(1, n, min(2 * n, n + 500)))  # warm-up: connections, caches
+    tune_gc()  # as in a ChunkWorker
+    timings: dict[str, float] = defaultdict(float)
+    size = 0
+    for index, chunk_start in enumerate(range(0, n, chunk_size)):
+        chunk_stop, trajectories = min(chunk_start + chunk_size, n), []
+        for start in range(chunk_start, chunk_stop, SEQUENTIAL_SLICE):
+            with _timed(timings, "generate tasks"):
+                items = processor.source.generate(start, min(start + SEQUENTIAL_SLICE,
+                                                             chunk_stop), processor.envs)
+            with _timed(timings, "oracle rollout (env steps + reasoning)"):
+                tasks = [item for item in items if isinstance(item, Task)]  # no TaskError
+                trajectories += processor.teacher.rollout_batch(tasks, processor.envs)
+        with _timed(timings, "render text + spans"):
+            rendered = [render(traj) for traj in trajectories]
+        with _timed(timings, "build Arrow table (columnar)"):
+            table = trajectory_table(trajectories, rendered)
+        with _timed(timings, "chunk statistics"):
+            stats = chunk_stats(trajectories, [spans for _, spans in rendered])
+        with _timed(timings, "write shard (zstd 1, sha256, fsync)"):
+            record = processor.store.write_chunk(index, {"trajectories": table}, stats)
+        size += record.shards["trajectories"].bytes
+    shutil.rmtree(out, ignore_errors=True)
     total = sum(timings.values())
-    print(f"\nstage profile, {n:,} trajectories in one process ({n / total:,.0f} traj/s):")
+    print(f"\nstage profile, {n:,} trajectories in chunks of {chunk_size:,}, one process "
+          f"({n / total:,.0f} traj/s):")
     for stage, seconds in timings.items():
         print(f"  {stage:<42}{seconds * 1e6 / n:>8.0f} us/traj  {seconds / total:>6.1%}")
-    print(f"  parquet: {len(data) / n:,.0f} bytes/traj")
+    print(f"  parquet: {size / n:,.0f} bytes/traj")
+
+
+@contextmanager
+def _timed(timings: dict[str, float], stage: str):
+    started = time.perf_counter()
+    yield
+    timings[stage] += time.perf_counter() - started
 
 
 def main() -> None:
+    from datagen.config import GenerateConfig
+
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--workers", type=int, default=psutil.cpu_count() or 1)
-    parser.add_argument("--chunk-size", type=int, default=2000)
+    parser.add_argument("--chunk-size", type=int,
+                        default=GenerateConfig.model_fields["chunk_size"].default)
     parser.add_argument("--configs", nargs="+", default=list(STAGES), choices=list(STAGES))
     parser.add_argument("--stages", action="store_true", help="also profile stages in-process")
     args = parser.parse_args()
@@ -125,18 +174,21 @@ def main() -> None:
 
     import ray
 
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     ray.init(num_cpus=args.workers, logging_level=logging.WARNING)
     run_pipeline(2_000, args.workers, args.chunk_size, STAGES["trajectories"])  # warm-up
-    print(f"{'config':<14}{'trajectories':>12}{'wall s':>9}{'traj/s':>9}{'traj/s/core':>13}"
-          f"{'peak RSS MiB':>14}{'MiB on disk':>13}")
+    print(f"{'config':<14}{'trajectories':>12}{'wall s':>8}{'start s':>9}{'traj/s/core':>13}"
+          f"{'(incl. start)':>15}{'peak RSS MiB':>14}{'MiB on disk':>13}")
     for name in args.configs:
         for n in args.sizes:
             r = run_pipeline(n, args.workers, args.chunk_size, STAGES[name])
-            print(f"{name:<14}{r['n']:>12,}{r['wall_s']:>9.1f}{r['traj_per_s']:>9,.0f}"
-                  f"{r['per_core']:>13,.0f}{r['peak_rss_mib']:>14,.0f}{r['mib_on_disk']:>13.1f}")
+            print(f"{name:<14}{r['n']:>12,}{r['wall_s']:>8.1f}{r['startup_s']:>9.1f}"
+                  f"{r['per_core']:>13,.0f}{r['per_core_wall']:>15,.0f}"
+                  f"{r['peak_rss_mib']:>14,.0f}{r['mib_on_disk']:>13.1f}")
     ray.shutdown()
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.stages:
-        stage_profile(min(args.sizes[0], 5000))
+        stage_profile(min(args.sizes[0], 5000), args.chunk_size)
 
 
 if __name__ == "__main__":

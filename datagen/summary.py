@@ -24,8 +24,11 @@ def critic_stats(records: list[ChunkRecord]) -> dict[str, int]:
     """Repairs, rejected repairs and safety pairs over all chunks (see datagen/critic_stage)."""
     totals: Counter = Counter()
     for record in records:
-        totals.update({k: v for k, v in record.stats.get("critics", {}).items()
-                       if isinstance(v, int)})
+        for key, value in record.stats.get("critics", {}).items():
+            if isinstance(value, dict):  # per error kind (repaired, rejected): the total
+                totals[key] += sum(value.values())
+            elif isinstance(value, int):
+                totals[key] += value
     return dict(totals)
 
 
@@ -41,10 +44,17 @@ class RunSummary:
     failed_chunks: list[tuple[int, str]] = field(default_factory=list)
     negative_kinds: dict[str, dict[str, float]] = field(default_factory=dict)
     critics: dict[str, int] = field(default_factory=dict)
+    startup_seconds: float = 0.0  # of `seconds`: starting the workers (imports, environments)
 
     @property
     def rate(self) -> float:
         return self.generated / self.seconds if self.seconds else 0.0
+
+    @property
+    def steady_rate(self) -> float:
+        """Trajectories per second once the workers are up."""
+        working = self.seconds - self.startup_seconds
+        return self.generated / working if working > 0 else 0.0
 
     def format(self) -> str:
         lines = [f"output: {self.out}  ({'complete' if self.complete else 'INCOMPLETE'}); "
@@ -69,7 +79,8 @@ class RunSummary:
                          f"dangerous + {c.get('safety_benign', 0):,} benign look-alikes")
         if self.generated:
             lines.append(f"this run: {self.generated:,} trajectories in {self.seconds:.1f}s "
-                         f"= {self.rate:,.0f} traj/s")
+                         f"= {self.rate:,.0f} traj/s ({self.startup_seconds:.1f}s of it starting "
+                         f"workers; {self.steady_rate:,.0f} traj/s after)")
         else:
             lines.append("this run: nothing to do, every chunk was already complete")
         for chunk, error in self.failed_chunks:
@@ -91,7 +102,8 @@ def _merge(records: list[ChunkRecord]) -> tuple[dict[str, Counter], Counter, Cou
 
 
 def summarise(records: list[ChunkRecord], new_records: list[ChunkRecord], seconds: float,
-              manifest: dict[str, Any], failed: list, out: str) -> RunSummary:
+              manifest: dict[str, Any], failed: list, out: str,
+              startup_seconds: float = 0.0) -> RunSummary:
     per_env_counts, span_count, span_chars = _merge(records)
     per_env = {}
     for env, c in sorted(per_env_counts.items()):
@@ -106,4 +118,4 @@ def summarise(records: list[ChunkRecord], new_records: list[ChunkRecord], second
                       generated=generated, seconds=seconds, complete=manifest["complete"],
                       failed_chunks=[(chunk.index, error) for chunk, error in failed],
                       negative_kinds=negative_kind_stats(records),
-                      critics=critic_stats(records))
+                      critics=critic_stats(records), startup_seconds=startup_seconds)

@@ -115,8 +115,7 @@ class SqlEnv(ToolEnvironment):
         kept = [(table, rows) for table, rows, role in (
             (s.group, w.groups, "group"), (s.entity, w.entities, "entity"),
             (s.item, w.items, "item"), (s.event, w.events, "event")) if role != skip]
-        counts = self.db.query("SELECT " + ", ".join(
-            f"(SELECT COUNT(*) FROM {table})" for table, _ in kept))[0]
+        counts = self.db.row_counts([table for table, _ in kept])
         return all(count == len(rows) for count, (_, rows) in zip(counts, kept))
 
     # Tools --------------------------------------------------------------------------

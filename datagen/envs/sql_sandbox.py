@@ -33,7 +33,7 @@ _WRITES = (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE)
 _READS = (sqlite3.SQLITE_READ, sqlite3.SQLITE_SELECT, sqlite3.SQLITE_FUNCTION,
           getattr(sqlite3, "SQLITE_RECURSIVE", 33))
 _BLOCKED_FUNCTIONS = ("load_extension", "readfile", "writefile", "edit", "fts3_tokenizer")
-_REFILLS: dict[tuple[int, int, int], list[tuple[str, str]]] = {}
+_REFILLS: dict[tuple[int, int, int], list[tuple[str, str, str]]] = {}
 
 
 def _insert_sql(table: str, core: tuple[str, ...], extras: tuple[tuple[str, str, str], ...]
@@ -44,8 +44,8 @@ def _insert_sql(table: str, core: tuple[str, ...], extras: tuple[tuple[str, str,
     return f"INSERT INTO {table} ({columns}) VALUES ({values})"
 
 
-def refill_statements(s: Schema) -> list[tuple[str, str]]:
-    """(DELETE, INSERT) pairs that refill the tables of a schema, in SqlWorld row order."""
+def refill_statements(s: Schema) -> list[tuple[str, str, str]]:
+    """(table, DELETE, INSERT) that refill the tables of a schema, in SqlWorld row order."""
     statements = _REFILLS.get(s.key)
     if statements is None:
         pairs = [(s.group, _insert_sql(s.group, s.group_cols, ())),
@@ -56,7 +56,7 @@ def refill_statements(s: Schema) -> list[tuple[str, str]]:
             table, columns = DISTRACTORS[s.distractor]
             marks = ", ".join("?" * (columns.count(",") + 1))
             pairs.append((table, f"INSERT INTO {table} VALUES ({marks})"))
-        statements = _REFILLS[s.key] = [(f"DELETE FROM {t}", insert) for t, insert in pairs]
+        statements = _REFILLS[s.key] = [(t, f"DELETE FROM {t}", insert) for t, insert in pairs]
     return statements
 
 
@@ -71,6 +71,10 @@ class SqlSandbox:
         self.denied: str | None = None
         self.ticks = 0
         self.conn = self._connect(())
+        # Rows per table while the database holds exactly what `load` put in (cleared by any
+        # agent write, a drop or a restore): describe_table and the checker ask for counts on
+        # every task, and a COUNT(*) round trip costs ~15 us.
+        self._loaded_counts: dict[str, int] | None = None
 
     def _connect(self, ddl: tuple[str, ...]) -> sqlite3.Connection:
         conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False,
@@ -95,11 +99,15 @@ class SqlSandbox:
         rows = (world.groups, world.entities,
                 [(r[0], r[1], r[2], r[3] / 100) for r in world.items], world.events,
                 world.distractor_rows)
+        self._loaded_counts = None
+        counts = {}
         conn.execute("BEGIN")  # one transaction: autocommit per row costs 3x
-        for (delete, insert), table_rows in zip(refill_statements(s), rows):
+        for (table, delete, insert), table_rows in zip(refill_statements(s), rows):
             conn.execute(delete)
             conn.executemany(insert, table_rows)
+            counts[table] = len(table_rows)
         conn.execute("COMMIT")
+        self._loaded_counts = counts
 
     # Guards ---------------------------------------------------------------------------
 
@@ -157,6 +165,7 @@ class SqlSandbox:
     def write(self, sql: str) -> tuple[int, int | None] | str:
         """(rows changed, last insert rowid) of an agent statement, or an error."""
         self.mode, self.denied, self.ticks = "write", None, 0
+        self._loaded_counts = None
         try:
             cursor = self.conn.execute(sql)
             result = cursor.rowcount, cursor.lastrowid
@@ -211,11 +220,24 @@ class SqlSandbox:
         return columns
 
     def row_count(self, table: str) -> int:
+        counts = self._loaded_counts
+        if counts is not None and table in counts:
+            return counts[table]
         return self.query('SELECT COUNT(*) FROM "{}"'.format(table.replace('"', '""')))[0][0]
+
+    def row_counts(self, tables: list[str]) -> list[int]:
+        """Rows of each of `tables` (one statement when they are not known from `load`)."""
+        counts = self._loaded_counts
+        if counts is not None and all(table in counts for table in tables):
+            return [counts[table] for table in tables]
+        return list(self.query("SELECT " + ", ".join(
+            '(SELECT COUNT(*) FROM "{}")'.format(table.replace('"', '""'))
+            for table in tables))[0])
 
     def drop(self, table: str) -> None:
         """Drop a table; its connection leaves the pool (the next task gets a fresh one)."""
         self.query('DROP TABLE "{}"'.format(table.replace('"', '""')))
+        self._loaded_counts = None
         self._forget_tables()
         for key, conn in self._pool.items():
             if conn is self.conn:
@@ -239,6 +261,7 @@ class SqlSandbox:
             source.backup(self.conn)
         finally:
             source.close()
+            self._loaded_counts = None
             self._forget_tables()
 
     def _forget_tables(self) -> None:

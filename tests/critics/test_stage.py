@@ -59,6 +59,8 @@ def test_pipeline_writes_repairs_and_all_preference_sources(ray_head, tmp_path, 
     summary = run_generation(GenerateConfig(out=str(out), num_trajectories=120, chunk_size=60,
                                             progress=False))
     assert summary.complete and summary.counts["repairs"] > 20
+    assert summary.critics["repaired"] == summary.counts["repairs"]  # the summary line's count
+    assert f"critics: {summary.counts['repairs']:,} repairs" in summary.format()
     repairs = pl.read_parquet(out / "repairs" / "*.parquet")
     assert repairs["success"].all() and repairs["error_kind"].n_unique() >= 4
     for row in repairs.iter_rows(named=True):

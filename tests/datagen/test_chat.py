@@ -117,3 +117,13 @@ def test_parser_never_raises(pieces):
 def test_parser_survives_huge_input():
     parsed = parse_assistant("<tool_call>" + '{"name": "x", "arguments": {"a": "' + "y" * 2_000_000)
     assert parsed.error_kind == "unterminated_call"
+
+
+def test_system_turn_is_cached_per_list_and_equals_a_fresh_render():
+    from datagen.chat import system_turn
+
+    copy = orjson.loads(orjson.dumps(TOOLS))  # equal content, another list object
+    assert system_turn(TOOLS) is system_turn(TOOLS)
+    assert system_turn(copy) == system_turn(TOOLS)
+    assert system_turn(TOOLS, "Other prompt.") != system_turn(TOOLS)
+    assert "Other prompt." in system_turn(TOOLS, "Other prompt.")

@@ -26,3 +26,14 @@ def test_ids_are_deterministic_and_distinct():
     first = [(t.id, t.steps[0].reasoning) for t in oracle_trajectories(20, seed=3)]
     assert first == [(t.id, t.steps[0].reasoning) for t in oracle_trajectories(20, seed=3)]
     assert len({i for i, _ in first}) == 20
+
+
+def test_columnar_table_equals_the_row_by_row_table():
+    from datagen.rows import render, trajectory_table
+
+    trajectories = oracle_trajectories(30)
+    rows = [render_row(traj)[0] for traj in trajectories]
+    expected = rows_to_table(rows, trajectory_schema(False))
+    assert trajectory_table(trajectories, [render(t) for t in trajectories]).equals(expected)
+    empty = trajectory_table([], [])
+    assert empty.num_rows == 0 and empty.schema == trajectory_schema(False)

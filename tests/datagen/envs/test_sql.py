@@ -190,3 +190,30 @@ def test_alternatives_offer_other_existing_tables_and_queries(env):
     assert variants and query["arguments"]["sql"] not in variants
     assert env.alternatives(query, "arguments.max_rows") == []
     assert env.alternatives(query, "arguments.nope.deeper") == []
+
+
+def test_row_counts_follow_writes_drops_and_restores(env):
+    """describe_table and the checker take row counts from the last load until something
+    changes the database; every change must fall back to counting."""
+    task = task_of(env, "entity_total")
+    env.reset(task)
+    table = env.db.tables()[0]
+
+    def described(name: str) -> int:
+        return orjson.loads(env.step({"name": "describe_table",
+                                      "arguments": {"table": name}}).content)["row_count"]
+
+    def counted(name: str) -> int:
+        return env.db.query(f'SELECT COUNT(*) FROM "{name}"')[0][0]
+
+    assert described(table) == counted(table) > 0
+    snapshot = env.snapshot()
+    assert run(env, f"DELETE FROM {table}", tool="execute").error is None
+    assert described(table) == counted(table) == 0
+    env.restore(snapshot)
+    assert described(table) == counted(table) > 0
+    assert env.step({"name": "drop_table", "arguments": {"table": table}}).error is None
+    assert env.step({"name": "describe_table", "arguments": {"table": table}}).error
+    env.reset(task)  # back to the loaded counts, on a fresh connection
+    assert [described(name) for name in env.db.tables()] == \
+        [counted(name) for name in env.db.tables()]
