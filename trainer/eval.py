@@ -135,12 +135,13 @@ def rollout(checkpoint: str, envs: list[str], num_episodes: int, *, max_steps: i
     return LLMTeacher(config, backend).rollout_batch(tasks), getattr(backend, "turns", [])
 
 
-def evaluate(checkpoint: str, envs: list[str], num_episodes: int, **options: Any,
-             ) -> dict[str, Any]:
+def evaluate(checkpoint: str, envs: list[str], num_episodes: int, *, decoder: str = "policy",
+             seed: int = 0, **options: Any) -> dict[str, Any]:
     """`rollout` summarised (see the module docstring for the metrics)."""
-    summary = summarize(*rollout(checkpoint, envs, num_episodes, **options))
-    summary.update(checkpoint=resolve_checkpoint(checkpoint), envs=envs,
-                   decoder=options.get("decoder", "policy"), seed=options.get("seed", 0))
+    checkpoint = resolve_checkpoint(checkpoint)
+    summary = summarize(*rollout(checkpoint, envs, num_episodes, decoder=decoder, seed=seed,
+                                 **options))
+    summary.update(checkpoint=checkpoint, envs=envs, decoder=decoder, seed=seed)
     return summary
 
 
