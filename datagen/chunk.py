@@ -130,11 +130,14 @@ class ChunkProcessor:
                                               self.tokenizer_name)
             return (trajectory_table(trajectories, rendered, tokens, teacher),
                     [s for _, s in rendered])
-        tokens = None
+        tokens, named = None, None
         if self.tokenizer is not None:
             tokens = tokenize_with_spans(self.tokenizer, [text for text, _ in rendered],
                                          [spans for _, spans in rendered])
-        return trajectory_table(trajectories, rendered, tokens), [s for _, s in rendered]
+            # Recorded like an LLM teacher's, so a trainer with another tokenizer refuses
+            # these ids instead of training on garbage (trainer.data.check_shard_tokenizer).
+            named = {"tokenizer": [self.tokenizer_name] * len(trajectories)}
+        return trajectory_table(trajectories, rendered, tokens, named), [s for _, s in rendered]
 
     def process(self, chunk: Chunk) -> ChunkRecord:
         started = time.perf_counter()

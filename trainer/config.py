@@ -2,6 +2,10 @@
 
 One pydantic model per concern, composed in `TrainConfig`; every model forbids unknown
 fields, so a typo fails before any work starts and the message names the dotted field.
+
+The YAML loading and `key=value` override helpers mirror datagen/config.py on purpose: the top
+level is fixed (DESIGN.md) and training never imports the generation side, so the few lines
+are kept twice rather than shared through a package both would depend on.
 """
 
 from __future__ import annotations

@@ -105,6 +105,7 @@ def test_tokenizer_adds_aligned_token_columns(ray_head, tmp_path, tiny_tokenizer
                            tokenizer=str(tiny_tokenizer_dir)))
     table = pq.read_table(tmp_path / "out" / "trajectories")
     tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
+    assert set(table.column("tokenizer").to_pylist()) == {str(tiny_tokenizer_dir)}
     for row in table.slice(0, 10).to_pylist():
         assert len(row["input_ids"]) == len(row["span_ids"])
         assert tokenizer.decode(row["input_ids"]) == row["text"]

@@ -147,3 +147,19 @@ def test_curriculum_admits_the_easiest_rows_first_and_everything_later():
     assert sampler.admit(batch, 0).tolist() == [True, False, False]
     assert sampler.admit(batch, 30).tolist() == [True, True, False]
     assert sampler.admit(batch, 60).tolist() == [True, True, True]
+
+
+def test_oracle_token_ids_carry_their_tokenizer_and_another_one_is_refused(
+        tokenized_out, trainer_tokenizer, tmp_path):
+    from datagen.tokenizer import build_bpe_tokenizer
+    from trainer.data import check_shard_tokenizer
+
+    layout = inspect_shards(tokenized_out)
+    assert layout.has_tokens and layout.tokenizers == {str(trainer_tokenizer)}
+    ours = DataSettings(shards=str(tokenized_out), tokenizer=str(trainer_tokenizer))
+    check_shard_tokenizer(layout, ours)  # the tokenizer the ids were made with: accepted
+    other = tmp_path / "other_tokenizer"
+    build_bpe_tokenizer(["a different corpus, so different merges"] * 20, vocab_size=300,
+                        out_dir=other)
+    with pytest.raises(ValueError, match="token ids were made with tokenizer"):
+        check_shard_tokenizer(layout, DataSettings(shards=str(tokenized_out), tokenizer=str(other)))
