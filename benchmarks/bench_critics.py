@@ -16,10 +16,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from critics.irr import evaluate_irr  # noqa: E402
+from critics.llm_critic import LLMCritic  # noqa: E402
 from datagen.config import CriticsConfig, GenerateConfig  # noqa: E402
 from datagen.chunk import task_source  # noqa: E402
 from datagen.critic_stage import CriticStage  # noqa: E402
 from datagen.teachers import EnvPool, OracleTeacher  # noqa: E402
+from tests.critics.fakes import GoldCriticFake  # noqa: E402
 
 
 def main() -> None:
@@ -35,12 +37,23 @@ def main() -> None:
     trajectories = OracleTeacher().rollout_batch(tasks, pool)
 
     repairs_only = CriticsConfig(inject_rate=1.0, safety_rate=0.0)
+    CriticStage(repairs_only, args.seed + 1).run(trajectories[:30], pool)  # warm-up: caches
     batch = CriticStage(repairs_only, args.seed).run(trajectories, pool)
     print(f"repairs: {len(batch.repairs)} from {len(trajectories)} injected trajectories in "
           f"{batch.seconds:.2f}s = {len(batch.repairs) / batch.seconds:.0f} repairs/s "
           f"(yield {len(batch.repairs) / len(trajectories):.1%})")
     print(f"  per kind: {dict(sorted(batch.repaired.items()))}")
     print(f"  not emitted: {dict(batch.rejected)}")
+
+    # The llm backend's own cost: a FAKE model that answers at once (the gold call, tagged), so
+    # the figure is the dry run + prompt rendering + reply parsing, not a model's latency.
+    critic = LLMCritic(GoldCriticFake([traj.task for traj in trajectories]))
+    llm_only = CriticsConfig(backend="llm", inject_rate=1.0, safety_rate=0.0)
+    llm_batch = CriticStage(llm_only, args.seed, critic).run(trajectories, pool)
+    print(f"llm critic, instant FAKE model: {len(llm_batch.repairs)} repairs in "
+          f"{llm_batch.seconds:.2f}s = {len(llm_batch.repairs) / llm_batch.seconds:.0f} repairs/s "
+          f"({(llm_batch.seconds - batch.seconds) / len(trajectories) * 1e3:.2f} ms per "
+          f"trajectory over the rule critic; model calls: {critic.complete.batches})")
 
     safety_only = CriticsConfig(inject_rate=0.0, safety_rate=1.0, safety_per_trajectory=2)
     batch = CriticStage(safety_only, args.seed).run(trajectories, pool)

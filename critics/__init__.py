@@ -3,7 +3,7 @@
     inject.inject_error(traj, env, seed)        -> Injection (wrong call executed in the env)
     repair.repair_injection(env, inj, critic, rng) / repair.repair_failed(env, traj, critic, rng)
                                                 -> Repair (checker-verified) or a reason
-    rule_critic.rule_critic / llm_critic.LLMCritic(generate)   the critic callables
+    rule_critic.rule_critic / llm_critic.LLMCritic(complete)   the critic callables
     safety.safety_cases(env, traj) + safety_pairs.safety_preference(...)  DPO pairs
     irr.evaluate_irr(policy, envs, num_tasks, seed)            recovery rate per env and kind
 

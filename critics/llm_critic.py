@@ -1,8 +1,11 @@
 """The LLM critic: a prompt that shows a model the failed step, and a parser of its reply.
 
-The model is any `generate(prompt: str) -> str` callable, so a teacher backend (hf, openai,
-vllm) plugs in by passing its completion function; nothing here imports a backend. The reply
-format is two tagged blocks, which small models follow more reliably than strict JSON:
+The model is any `complete(prompts) -> replies` callable that answers a list of prompts at
+once, so a teacher backend plugs in by passing its completion function
+(`datagen.teachers.completion.BackendCompleter`); nothing here imports a backend. A model wants
+many prompts per call (one batched decode, concurrent requests), so the critic stage hands the
+critic a whole batch's requests first (`prefetch`) and each repair then reads its reply. The
+reply format is two tagged blocks, which small models follow more reliably than strict JSON:
 
     <critique>what went wrong, which rule or fact, what to do instead</critique>
     <tool_call>{"name": ..., "arguments": {...}}</tool_call>
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import orjson
@@ -26,6 +29,8 @@ from datagen.types import ToolCall
 
 _CRITIQUE = re.compile(r"<critique>(.*?)</critique>", re.S | re.I)
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S | re.I)
+
+CRITIC_SYSTEM_PROMPT = "You are a careful reviewer of the tool calls an AI agent makes."
 
 CRITIC_INSTRUCTIONS = (
     "You are reviewing an agent's tool call that went wrong. Explain in two to four sentences "
@@ -81,15 +86,39 @@ def parse_reply(reply: str) -> Critique:
     return Critique(text, ToolCall(name, arguments))
 
 
+# One reply per prompt: the text, or the exception that stopped this prompt's generation
+# (asyncio.gather(..., return_exceptions=True) semantics: one failure costs one repair).
+Complete = Callable[[list[str]], list["str | BaseException"]]
+
+
 @dataclass
 class LLMCritic:
-    """A critic backed by a text generator (`generate(prompt) -> reply`)."""
+    """A critic backed by a model that completes a batch of prompts (`complete`)."""
 
-    generate: Callable[[str], str]
+    complete: Complete
+    replies: dict[str, str | BaseException] = field(default_factory=dict)
+
+    def prefetch(self, requests: list[CritiqueRequest]) -> None:
+        """Generate the replies of a batch's requests in one call (replacing the last batch's)."""
+        prompts = list(dict.fromkeys(render_prompt(request) for request in requests))
+        self.replies = dict(zip(prompts, self._complete(prompts)))
+
+    def _complete(self, prompts: list[str]) -> list[str | BaseException]:
+        if not prompts:
+            return []
+        try:
+            replies = list(self.complete(prompts))
+        except Exception as exc:  # noqa: BLE001 - a backend failure costs these repairs only
+            return [exc] * len(prompts)
+        if len(replies) != len(prompts):
+            error = RuntimeError(f"critic backend returned {len(replies)} replies for "
+                                 f"{len(prompts)} prompts")
+            return [error] * len(prompts)
+        return replies
 
     def __call__(self, request: CritiqueRequest, rng: random.Random) -> Critique:
-        try:
-            reply = self.generate(render_prompt(request))
-        except Exception as exc:  # noqa: BLE001 - a backend failure costs this repair only
-            return Critique("", None, f"critic backend failed: {type(exc).__name__}: {exc}")
+        prompt = render_prompt(request)
+        reply = self.replies[prompt] if prompt in self.replies else self._complete([prompt])[0]
+        if isinstance(reply, BaseException):
+            return Critique("", None, f"critic backend failed: {type(reply).__name__}: {reply}")
         return parse_reply(reply)

@@ -95,9 +95,10 @@ class ChunkProcessor:
             self.negatives = NegativeStage(config.negatives, config.seed)
         self.critics = None
         if config.critics.enabled:
-            from datagen.critic_stage import CriticStage
+            from datagen.critic_stage import CriticStage, make_critic
 
-            self.critics = CriticStage(config.critics, config.seed)
+            critic = make_critic(config.critics, self.teacher, out or config.out)
+            self.critics = CriticStage(config.critics, config.seed, critic)
 
     def rollout(self, chunk: Chunk) -> list[Trajectory]:
         """Trajectories of the chunk's tasks, in order. A teacher that batches episodes (LLM

@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 import orjson
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from datagen.envs import available_envs, import_modules, resolve_env
 from datagen.teachers.config import TeacherConfig  # backend sections live with the teachers
@@ -61,6 +62,10 @@ class NegativesConfig(StrictModel):
 
 CRITIC_KINDS = NEGATIVE_KINDS + ("wrong_function", "missing_required")
 
+# The critic runs in the chunk worker's process: backends that live there. vLLM engines are
+# Ray actors that play whole episodes; a served vLLM is reached through `openai`.
+CRITIC_MODEL_BACKENDS = ("hf", "openai")
+
 
 class CriticsConfig(StrictModel):
     """Critics (issue 4): injected-error repairs, failed-rollout repairs, safety pairs."""
@@ -68,8 +73,12 @@ class CriticsConfig(StrictModel):
     enabled: bool = Field(True, description="write the repairs table and repair/safety "
                           "preference pairs")
     backend: Literal["rule", "llm"] = Field("rule", description="rule: deterministic critiques "
-                                            "from validator errors and env feedback; llm: "
-                                            "critics.llm_critic (needs a teacher backend)")
+                                            "from validator errors and env feedback; llm: a "
+                                            "model writes them (critics.llm_critic)")
+    llm: TeacherConfig | None = Field(None, description="backend llm: the critic's model, a "
+                                      "section shaped like `teacher` with backend hf or openai "
+                                      "(for vLLM: `vllm serve` it and use openai); None = the "
+                                      "run's teacher when that is hf or openai")
     inject_rate: float = Field(0.5, ge=0, le=1, description="share of successful trajectories "
                                "that get one injected error and its repair")
     kinds: list[Literal["type_error", "hallucinated_key", "logical_error", "wrong_function",
@@ -81,12 +90,12 @@ class CriticsConfig(StrictModel):
     safety_per_trajectory: int = Field(2, ge=1, description="safety cases drawn per chosen "
                                        "trajectory (dangerous and benign look-alikes mixed)")
 
-    @field_validator("backend")
-    @classmethod
-    def _wired(cls, backend: str) -> str:
-        if backend != "rule":
-            raise ValueError("the llm critic is not wired into the pipeline yet (use rule)")
-        return backend
+    @model_validator(mode="after")
+    def _llm_only_for_llm(self) -> CriticsConfig:
+        if self.llm is not None and self.backend != "llm":
+            raise ValueError("critics.llm is set but critics.backend is 'rule'; set backend: llm "
+                             "or remove it")
+        return self
 
 
 class GenerateConfig(StrictModel):
@@ -126,6 +135,21 @@ class GenerateConfig(StrictModel):
             except ImportError as exc:
                 raise ValueError(f"cannot import {module!r}: {exc}") from None
         return modules
+
+
+    @model_validator(mode="after")
+    def _critic_model(self) -> GenerateConfig:
+        critics = self.critics
+        if not critics.enabled or critics.backend != "llm":
+            return self
+        source, where = (critics.llm, "critics.llm") if critics.llm else (self.teacher, "teacher")
+        if source.backend not in CRITIC_MODEL_BACKENDS:
+            raise ValueError(
+                f"critics.backend 'llm' needs a model: {where}.backend is {source.backend!r}; "
+                f"set critics.llm to a teacher-style section with backend "
+                f"{' or '.join(CRITIC_MODEL_BACKENDS)} (a vLLM model: `vllm serve` it and use "
+                f"openai)")
+        return self
 
 
 RUN_ONLY_FIELDS = {"out", "num_workers", "max_in_flight", "overwrite", "progress"}

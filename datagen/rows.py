@@ -17,7 +17,8 @@ import pyarrow as pa
 from datagen.chat import ANSWER_PREFIX, render_trajectory, to_messages
 from datagen.types import Observation, Span, Step, Task, ToolCall, Trajectory
 
-SCHEMA_VERSION = 1
+# 2: rows with token ids always name their tokenizer (`tokenizer` column, oracle runs too)
+SCHEMA_VERSION = 2
 
 MESSAGE_TYPE = pa.struct([
     ("role", pa.string()), ("content", pa.string()),

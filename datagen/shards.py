@@ -99,7 +99,15 @@ class ShardStore:
         run_file = self.root / "_run.json"
         if run_file.exists():
             previous = orjson.loads(run_file.read_bytes())
-            if previous.get("fingerprint") != fingerprint:
+            if previous.get("schema_version") != SCHEMA_VERSION:
+                if not overwrite:
+                    raise OutputConflict(
+                        f"{self.root} holds shards of schema version "
+                        f"{previous.get('schema_version')}; this datagen writes version "
+                        f"{SCHEMA_VERSION} and will not mix them in one dataset. Use another "
+                        "--out, or pass --overwrite to delete it and start again.")
+                self.clear()
+            elif previous.get("fingerprint") != fingerprint:
                 if not overwrite:
                     raise OutputConflict(
                         f"{self.root} holds data generated with a different config "

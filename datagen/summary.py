@@ -20,16 +20,22 @@ def negative_kind_stats(records: list[ChunkRecord]) -> dict[str, dict[str, float
             for kind, c in sorted(totals.items())}
 
 
-def critic_stats(records: list[ChunkRecord]) -> dict[str, int]:
-    """Repairs, rejected repairs and safety pairs over all chunks (see datagen/critic_stage)."""
+def critic_stats(records: list[ChunkRecord]) -> dict[str, Any]:
+    """Repairs, repairs not emitted and safety pairs over all chunks, plus the commonest
+    reasons a repair was not emitted (see datagen/critic_stage)."""
     totals: Counter = Counter()
+    reasons: Counter = Counter()
     for record in records:
         for key, value in record.stats.get("critics", {}).items():
-            if isinstance(value, dict):  # per error kind (repaired, rejected): the total
+            if isinstance(value, dict):  # per error kind or reason (repaired, rejected): total
                 totals[key] += sum(value.values())
+                if key == "rejected":
+                    reasons.update(value)
             elif isinstance(value, int):
                 totals[key] += value
-    return dict(totals)
+    if not totals:
+        return {}
+    return {**totals, "rejected_reasons": dict(reasons.most_common(4))}
 
 
 @dataclass
@@ -43,7 +49,7 @@ class RunSummary:
     complete: bool
     failed_chunks: list[tuple[int, str]] = field(default_factory=list)
     negative_kinds: dict[str, dict[str, float]] = field(default_factory=dict)
-    critics: dict[str, int] = field(default_factory=dict)
+    critics: dict[str, Any] = field(default_factory=dict)
     startup_seconds: float = 0.0  # of `seconds`: starting the workers (imports, environments)
 
     @property
@@ -74,9 +80,11 @@ class RunSummary:
                 for kind, s in self.negative_kinds.items()))
         if self.critics:
             c = self.critics
+            why = ", ".join(f"{reason} {n:,}" for reason, n in c["rejected_reasons"].items())
             lines.append(f"critics: {c.get('repaired', 0):,} repairs ({c.get('rejected', 0):,} "
-                         f"rejected by the checker), safety pairs {c.get('safety_dangerous', 0):,} "
-                         f"dangerous + {c.get('safety_benign', 0):,} benign look-alikes")
+                         f"not emitted{': ' + why if why else ''}), safety pairs "
+                         f"{c.get('safety_dangerous', 0):,} dangerous + "
+                         f"{c.get('safety_benign', 0):,} benign look-alikes")
         if self.generated:
             lines.append(f"this run: {self.generated:,} trajectories in {self.seconds:.1f}s "
                          f"= {self.rate:,.0f} traj/s ({self.startup_seconds:.1f}s of it starting "

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import nbformat
 import pytest
 from nbclient import NotebookClient

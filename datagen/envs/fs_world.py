@@ -127,7 +127,6 @@ def _add(files: dict, path: str, content: str, modified: str) -> None:
 
 def build_world(rng: random.Random) -> FsWorld:
     """Draw a tree from `rng` (the task seed's generator, consumed first)."""
-    rand = rng.random
     today = today_index(rng)
     app, user = pick(rng, APP_NAMES), pick(rng, FIRST_NAMES).lower()
     fmt = pick(rng, CONFIG_FORMATS)

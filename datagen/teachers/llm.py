@@ -10,13 +10,25 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Coroutine, TypeVar
 
 from datagen.envs import Environment
 from datagen.teachers.base import EnvPool, Teacher
 from datagen.teachers.config import TeacherConfig
 from datagen.teachers.episode import EnvLeases, EpisodeRunner, TurnBackend
 from datagen.types import Task, Trajectory
+
+T = TypeVar("T")
+
+
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run `coroutine` to completion from synchronous code, on a fresh event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # the usual case: a chunk worker, a script
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1) as pool:  # called from async code (a notebook): own loop
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 class LLMTeacher(Teacher):
@@ -40,13 +52,7 @@ class LLMTeacher(Teacher):
         leases its own environment instance (`envs` is not shared across episodes)."""
         if not tasks:
             return []
-        batch = self.runner.run_batch(tasks, round_)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # the usual case: a chunk worker, a script
-            return asyncio.run(batch)
-        with ThreadPoolExecutor(1) as pool:  # called from async code (a notebook): own loop
-            return pool.submit(asyncio.run, batch).result()
+        return run_sync(self.runner.run_batch(tasks, round_))
 
     def rollout(self, task: Task, env: Environment, round_: int = 0) -> Trajectory:
         return self.rollout_batch([task], None, round_)[0]

@@ -133,10 +133,13 @@ class OpenAIBackend(TurnBackend):
             if sampling.logprobs:
                 body["logprobs"] = sampling.logprobs
         elif config.tool_format == "native":
-            body["tools"] = request.tools
             body["messages"] = native_messages(request.messages)
+            if request.tools:  # APIs reject an empty list (a completion without tools)
+                body["tools"] = request.tools
         else:  # the template renders the tools; the server must not parse calls itself
-            body.update(messages=request.messages, tools=request.tools, tool_choice="none")
+            body["messages"] = request.messages
+            if request.tools:
+                body.update(tools=request.tools, tool_choice="none")
         if sampling.stop:
             body["stop"] = sampling.stop
         if sampling.seed is not None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+from dataclasses import replace
 
 from critics.critique import build_request
 from critics.inject import inject_error
@@ -59,17 +61,39 @@ def test_llm_critic_plugs_into_repair_and_backend_failures_are_data():
     traj, env, injection, request, gold = _request()
     seen = []
 
-    def fake_model(prompt: str) -> str:
-        seen.append(prompt)
-        return (f"<critique>The `{request.path}` argument had the wrong type.</critique>"
+    def fake_model(prompts: list[str]) -> list[str]:  # FAKE model: the gold call, tagged
+        seen.append(prompts)
+        return [f"<critique>The `{request.path}` argument had the wrong type.</critique>"
                 f'<tool_call>{{"name": "{gold.name}", "arguments": '
-                f'{__import__("json").dumps(gold.arguments)}}}</tool_call>')
+                f'{json.dumps(gold.arguments)}}}</tool_call>' for _ in prompts]
 
     repair = repair_injection(env, injection, LLMCritic(fake_model), random.Random(0))
     assert not isinstance(repair, str) and repair.traj.success and len(seen) == 1
 
-    def broken(prompt: str) -> str:
+    def broken(prompts: list[str]) -> list[str]:
         raise TimeoutError("backend down")
 
     critique = LLMCritic(broken)(request, random.Random(0))
     assert critique.call is None and "TimeoutError" in critique.error
+
+
+def test_prefetch_asks_once_for_the_batch_and_keeps_per_prompt_failures_apart():
+    _, _, _, request, gold = _request()
+    other = replace(request, error_step=request.error_step, observation=None)
+    calls = []
+
+    def model(prompts: list[str]) -> list:
+        calls.append(len(prompts))
+        return [ValueError("this one failed"), "<critique>ok</critique>"
+                f"<tool_call>{{\"name\": \"{gold.name}\", \"arguments\": {{}}}}</tool_call>"]
+
+    critic = LLMCritic(model)
+    critic.prefetch([request, other, request])  # duplicates are asked once
+    assert calls == [2]
+    first, second = critic(request, random.Random(0)), critic(other, random.Random(0))
+    assert calls == [2]  # both answered from the prefetched replies
+    assert first.call is None and "ValueError: this one failed" in first.error
+    assert second.call is not None and second.call.name == gold.name
+    short = LLMCritic(lambda prompts: ["<critique>x</critique>"])
+    short.prefetch([request, other])
+    assert "returned 1 replies for 2 prompts" in short(request, random.Random(0)).error

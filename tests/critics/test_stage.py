@@ -6,12 +6,15 @@ import polars as pl
 import pytest
 
 from datagen.cli import main
-from datagen.config import ConfigError, CriticsConfig, GenerateConfig, load_config
+from critics.llm_critic import LLMCritic
+from datagen.config import (ConfigError, CriticsConfig, GenerateConfig, fingerprint,
+                            load_config)
 from datagen.critic_stage import CriticStage
 from datagen.pipeline import run_generation
 from datagen.spans import check_tiling
 from datagen.teachers import EnvPool
 from datagen.types import Span, Step
+from tests.critics.fakes import GoldCriticFake, garbage_critic
 from tests.datagen.helpers import oracle_trajectories
 
 
@@ -48,10 +51,75 @@ def test_failed_rollouts_are_repaired_in_the_stage():
     assert batch.repaired["failed_rollout"] == 3
 
 
-def test_config_defaults_and_llm_backend_refused():
+def test_config_defaults_and_what_an_llm_critic_needs():
     assert GenerateConfig().critics.enabled and GenerateConfig().critics.backend == "rule"
-    with pytest.raises(ConfigError, match="critics.backend"):
+    with pytest.raises(ConfigError, match="critics.backend 'llm' needs a model: teacher.backend "
+                                          "is 'oracle'; set critics.llm"):
         load_config(None, {"critics.backend": "llm"})
+    with pytest.raises(ConfigError, match="critics.llm.backend is 'vllm'.*vllm serve"):
+        load_config(None, {"critics.backend": "llm", "critics.llm": {
+            "backend": "vllm", "vllm": {"model": "m"}}})
+    with pytest.raises(ConfigError, match="critics.llm is set but critics.backend is 'rule'"):
+        load_config(None, {"critics.llm": OPENAI_CRITIC})
+    with pytest.raises(ConfigError, match="critics.llm.openai.typo: unknown field"):
+        load_config(None, {"critics.backend": "llm",
+                           "critics.llm": {**OPENAI_CRITIC, "openai": {"base_url": "x",
+                                                                       "model": "m", "typo": 1}}})
+    config = load_config(None, {"critics.backend": "llm", "critics.llm": OPENAI_CRITIC})
+    assert config.critics.llm.openai.model == "critic"
+    assert fingerprint(config) != fingerprint(GenerateConfig())
+
+
+OPENAI_CRITIC = {"backend": "openai", "openai": {"base_url": "http://127.0.0.1:9/v1",
+                                                 "model": "critic", "max_retries": 0}}
+
+
+def test_llm_critic_stage_asks_once_per_batch_and_its_repairs_pass_the_checker():
+    trajectories = oracle_trajectories(30)
+    config = CriticsConfig(backend="llm", inject_rate=1.0, safety_rate=0.5)
+    fake = GoldCriticFake([traj.task for traj in trajectories])
+    batch = CriticStage(config, 1, LLMCritic(fake)).run(trajectories, EnvPool())
+    assert len(fake.batches) == 1 and fake.batches[0] >= 20  # the whole batch in one call
+    assert len(batch.repairs) == sum(batch.repaired.values()) >= 20
+    assert all(row["success"] and row["critique"].startswith("The call to `")
+               for row in batch.repairs)
+    assert batch.stats()["safety_dangerous"] > 0
+    again = CriticStage(config, 1, LLMCritic(GoldCriticFake(fake.by_instruction.values())))
+    assert again.run(trajectories, EnvPool()).repairs == batch.repairs
+
+
+def test_llm_critic_replies_that_cannot_be_read_cost_their_repairs_only():
+    trajectories = oracle_trajectories(12)
+    config = CriticsConfig(backend="llm", inject_rate=1.0, safety_rate=1.0)
+    batch = CriticStage(config, 1, LLMCritic(garbage_critic)).run(trajectories, EnvPool())
+    assert not batch.repairs and batch.counts["errors"] == 0
+    assert batch.rejected["critic gave no corrected call: no <critique> block"] >= 8
+    assert {p["source"] for p in batch.preferences} == {"safety"}
+
+
+def test_pipeline_with_an_llm_critic_behind_a_loopback_endpoint(ray_head, tmp_path):
+    from tests.datagen.teachers.fault_server import FaultServer
+
+    trajectories = oracle_trajectories(60)
+    server = FaultServer(GoldCriticFake([traj.task for traj in trajectories])).start()
+    try:
+        critic = {**OPENAI_CRITIC, "openai": {**OPENAI_CRITIC["openai"],
+                                              "base_url": server.base_url}}
+        out = tmp_path / "out"
+        summary = run_generation(load_config(None, {
+            "out": str(out), "num_trajectories": 60, "chunk_size": 30, "progress": False,
+            "negatives.enabled": False, "critics.backend": "llm", "critics.llm": critic}))
+    finally:
+        server.stop()
+    assert summary.complete and summary.counts["repairs"] >= 20
+    prompts = [body["messages"][-1]["content"] for body in server.bodies]
+    assert len(set(prompts)) == len(prompts)  # one request per critique (none for the dry run)
+    assert summary.counts["repairs"] <= len(prompts) <= summary.critics["injected"]
+    assert all("tools" not in body and body["model"] == "critic" for body in server.bodies)
+    repairs = pl.read_parquet(out / "repairs" / "*.parquet")
+    assert repairs["success"].all()
+    assert repairs["critique"].str.starts_with("The call to `").all()
+    assert (out / "_cache").is_dir()  # critic replies are cached like teacher turns
 
 
 def test_pipeline_writes_repairs_and_all_preference_sources(ray_head, tmp_path, capsys):

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 
+import orjson
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from datagen.rows import SCHEMA_VERSION
 from datagen.shards import OutputConflict, ShardStore
 
 
@@ -41,6 +44,21 @@ def test_other_config_is_refused_unless_overwrite(tmp_path):
     assert store.is_complete(0)
     store.claim("fp2", {}, overwrite=True)
     assert not store.is_complete(0) and not (tmp_path / "out" / "trajectories").exists()
+
+
+def test_shards_of_another_schema_version_are_not_mixed_in(tmp_path):
+    store = ShardStore(tmp_path / "out")
+    store.claim("fp1", {}, overwrite=False)
+    store.write_chunk(0, {"trajectories": _table(2)}, {})
+    run_file = tmp_path / "out" / "_run.json"
+    run = orjson.loads(run_file.read_bytes())
+    run_file.write_bytes(orjson.dumps({**run, "schema_version": SCHEMA_VERSION - 1}))
+    with pytest.raises(OutputConflict, match=f"schema version {SCHEMA_VERSION - 1}; this "
+                                             f"datagen writes version {SCHEMA_VERSION}"):
+        store.claim("fp1", {}, overwrite=False)  # same config, older code: still refused
+    assert store.is_complete(0)
+    store.claim("fp1", {}, overwrite=True)
+    assert not store.is_complete(0)
 
 
 def test_foreign_directory_is_refused(tmp_path):

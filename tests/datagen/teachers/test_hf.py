@@ -97,6 +97,30 @@ def test_microbatcher_serves_all_live_episodes_in_one_batch(hf_teacher):
     assert batches[0] == 5 and sum(batches) >= 5
 
 
+def test_critic_prompts_are_completed_in_one_batch_with_the_teachers_model(hf_teacher):
+    from critics.llm_critic import CRITIC_SYSTEM_PROMPT
+    from datagen.teachers.completion import BackendCompleter
+
+    backend = hf_teacher.backend
+    completer = BackendCompleter(backend, max_tokens=6, system_prompt=CRITIC_SYSTEM_PROMPT)
+    request = completer.request("Review this call.")
+    assert backend.tokenizer.decode(request.prompt_ids) == (
+        f"<|im_start|>system\n{CRITIC_SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n"
+        "Review this call.<|im_end|>\n<|im_start|>assistant\n")
+    batches, original = [], backend.generate_batch
+
+    def recording(requests):
+        batches.append(len(requests))
+        return original(requests)
+
+    backend.generate_batch = recording
+    try:
+        replies = completer([f"Review call {i}." for i in range(5)])
+    finally:
+        backend.generate_batch = original
+    assert batches == [5] and len(replies) == 5 and all(isinstance(r, str) for r in replies)
+
+
 @pytest.mark.slow
 def test_hf_teacher_in_the_ray_pipeline_writes_aligned_topk(ray_head, tiny_model, tmp_path):
     from transformers import AutoTokenizer
@@ -107,9 +131,16 @@ def test_hf_teacher_in_the_ray_pipeline_writes_aligned_topk(ray_head, tiny_model
     teacher = _hf_config(tiny_model, logit_bias=chatty_bias(tokenizer))
     config = GenerateConfig(out=str(tmp_path / "out"), num_trajectories=6, chunk_size=3,
                             envs=[{"name": "sql"}], teacher=teacher, num_workers=1,
-                            progress=False)
+                            critics={"backend": "llm"}, progress=False)
     summary = run_generation(config)
     assert summary.complete and summary.counts["trajectories"] == 6
+    # the failed rollouts went to the LLM critic (the teacher's model): a random model's
+    # critiques cannot be read, so each is a counted rejection, not a crash
+    assert summary.critics["failed_rollouts"] == 6 and summary.counts["repairs"] == 0
+    reasons = summary.critics["rejected_reasons"]
+    assert sum(reasons.values()) == summary.critics["rejected"] == 6
+    assert all(reason.startswith("critic gave no corrected call") for reason in reasons)
+    assert "critic gave no corrected call" in summary.format()
     table = pq.read_table(tmp_path / "out" / "trajectories")
     assert {"input_ids", "span_ids", "teacher_topk_ids", "teacher_topk_logprobs", "tokenizer",
             "teacher_meta"} <= set(table.column_names)

@@ -101,3 +101,17 @@ def test_chunk_pipeline_writes_topk_and_a_resume_is_free(vllm_server, tiny_model
     for row in again:
         meta = orjson.loads(row["teacher_meta"])
         assert meta["cache_hits"] == meta["turns"], "every turn replayed from the cache"
+
+
+@pytest.mark.parametrize("token_ids", [True, False], ids=["completions-ids", "chat-no-tools"])
+def test_critic_completions_through_a_real_vllm_server(vllm_server, tiny_model, tokenizer,
+                                                       token_ids):
+    from critics.llm_critic import CRITIC_SYSTEM_PROMPT
+    from datagen.teachers.completion import BackendCompleter
+
+    teacher = make_teacher(TeacherConfig(**_teacher_config(vllm_server, tiny_model, tokenizer,
+                                                           token_ids=token_ids)))
+    completer = BackendCompleter(teacher.backend, max_tokens=8,
+                                 system_prompt=CRITIC_SYSTEM_PROMPT)
+    replies = completer([f"Review tool call {i}." for i in range(4)])
+    assert len(replies) == 4 and all(isinstance(reply, str) for reply in replies), replies
