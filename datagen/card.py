@@ -22,6 +22,8 @@ COLUMNS = """\
 | `n_steps` | int16 | tool calls in the trajectory |
 | `teacher`, `round` | string, int16 | who produced it, distillation round |
 | `input_ids`, `span_ids` | list<int32>, list<int8> | only with a tokenizer: tokens and span kind per token (0 PROMPT, 1 REASON, 2 ACT, 3 OBS) |
+| `tokenizer` | string | only with token ids: the tokenizer that made them (a trainer checks it matches its own) |
+| `teacher_topk_ids`, `teacher_topk_logprobs`, `teacher_meta` | list<list<int32>>, list<list<float32>>, string (JSON) | LLM teachers: top-k per generated token (empty elsewhere); sampling, tokens, latency, cost |
 """
 
 
