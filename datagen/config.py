@@ -136,7 +136,6 @@ class GenerateConfig(StrictModel):
                 raise ValueError(f"cannot import {module!r}: {exc}") from None
         return modules
 
-
     @model_validator(mode="after")
     def _critic_model(self) -> GenerateConfig:
         critics = self.critics

@@ -66,7 +66,8 @@ def make_critic(config: CriticsConfig, teacher: Teacher | None = None,
         raise ValueError("critics.backend 'llm' needs critics.llm or an hf/openai teacher")
     return LLMCritic(BackendCompleter(backend, section.sampling.max_tokens_per_turn,
                                       CRITIC_SYSTEM_PROMPT,
-                                      section.episode.max_concurrent_episodes))
+                                      section.episode.max_concurrent_episodes,
+                                      section.episode.max_total_tokens))
 
 
 class CriticStage:

@@ -23,12 +23,12 @@ class BackendCompleter:
     (the backend's retries exhausted, a failed batch) is returned as an exception."""
 
     def __init__(self, backend: TurnBackend, max_tokens: int, system_prompt: str,
-                 max_concurrent: int = 64) -> None:
+                 max_concurrent: int = 64, max_total_tokens: int | None = None) -> None:
         self.backend = backend
         self.max_tokens = max_tokens
         self.system_prompt = system_prompt
         self.max_concurrent = max_concurrent
-        self.prompts_sent = 0
+        self.max_total_tokens = max_total_tokens  # prompt + reply cap (token backends)
 
     def __call__(self, prompts: list[str]) -> list[str | BaseException]:
         if not prompts:
@@ -39,10 +39,14 @@ class BackendCompleter:
         gate = asyncio.Semaphore(self.max_concurrent)
 
         async def one(prompt: str) -> Generation:
+            request = self.request(prompt)
+            too_long = self.over_budget(request)
+            if too_long:
+                return Generation(error=too_long)
             async with gate:
                 self.backend.episode_started()  # one "episode" per prompt: batchers count them
                 try:
-                    return await self.backend.generate(self.request(prompt))
+                    return await self.backend.generate(request)
                 finally:
                     self.backend.episode_finished()
 
@@ -52,8 +56,18 @@ class BackendCompleter:
                                                return_exceptions=True)
         finally:
             await self.backend.stop()
-        self.prompts_sent += len(prompts)
         return [reply_of(gen) for gen in generations]
+
+    def over_budget(self, request: TurnRequest) -> str | None:
+        """Why a prompt is not sent: it leaves no room for the reply within the context."""
+        if self.max_total_tokens is None or request.prompt_ids is None:
+            return None
+        needed = len(request.prompt_ids) + request.max_tokens
+        if needed <= self.max_total_tokens:
+            return None
+        return (f"context_exhausted: a prompt of {len(request.prompt_ids)} tokens + "
+                f"{request.max_tokens} for the reply exceeds max_total_tokens="
+                f"{self.max_total_tokens}")
 
     def request(self, prompt: str) -> TurnRequest:
         messages = [{"role": "system", "content": self.system_prompt},

@@ -119,6 +119,10 @@ def test_critic_prompts_are_completed_in_one_batch_with_the_teachers_model(hf_te
     finally:
         backend.generate_batch = original
     assert batches == [5] and len(replies) == 5 and all(isinstance(r, str) for r in replies)
+    tight = BackendCompleter(backend, max_tokens=6, system_prompt=CRITIC_SYSTEM_PROMPT,
+                             max_total_tokens=len(request.prompt_ids) + 6)
+    fits, too_long = tight(["Review this call.", "Review this call, and this one too."])
+    assert isinstance(fits, str) and "context_exhausted" in str(too_long)
 
 
 @pytest.mark.slow
