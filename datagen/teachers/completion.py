@@ -10,11 +10,10 @@ twice). Token backends get the exact prompt ids of our own template rendering.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 
 from datagen.chat import IM_END, IM_START, generation_prompt, user_turn
-from datagen.teachers.episode import Generation, TurnBackend, TurnRequest
+from datagen.teachers.episode import Generation, TurnBackend, TurnRequest, run_sessions
 from datagen.teachers.llm import run_sync
 
 
@@ -36,27 +35,16 @@ class BackendCompleter:
         return run_sync(self._complete_all(prompts))
 
     async def _complete_all(self, prompts: list[str]) -> list[str | BaseException]:
-        gate = asyncio.Semaphore(self.max_concurrent)
-
-        async def one(prompt: str) -> Generation:
-            request = self.request(prompt)
-            too_long = self.over_budget(request)
-            if too_long:
-                return Generation(error=too_long)
-            async with gate:
-                self.backend.episode_started()  # one "episode" per prompt: batchers count them
-                try:
-                    return await self.backend.generate(request)
-                finally:
-                    self.backend.episode_finished()
-
-        await self.backend.start()
-        try:
-            generations = await asyncio.gather(*(one(p) for p in prompts),
-                                               return_exceptions=True)
-        finally:
-            await self.backend.stop()
+        generations = await run_sessions(self.backend, prompts, self._one, self.max_concurrent,
+                                         return_exceptions=True)
         return [reply_of(gen) for gen in generations]
+
+    async def _one(self, prompt: str) -> Generation:
+        request = self.request(prompt)
+        too_long = self.over_budget(request)
+        if too_long:
+            return Generation(error=too_long)
+        return await self.backend.generate(request)
 
     def over_budget(self, request: TurnRequest) -> str | None:
         """Why a prompt is not sent: it leaves no room for the reply within the context."""

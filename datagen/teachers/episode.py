@@ -20,7 +20,7 @@ import asyncio
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from datagen.chat import (DEFAULT_SYSTEM_PROMPT, generation_prompt, observation_turn,
                           parse_assistant, system_turn, turn_act_offset, user_turn)
@@ -30,6 +30,9 @@ from datagen.teachers.config import TeacherConfig
 from datagen.teachers.trace import TraceBuilder
 from datagen.types import Observation, Step, Task, Trajectory, trajectory_id
 from mutators import validate
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
 
 
 @dataclass(slots=True)
@@ -111,6 +114,30 @@ class EnvLeases:
         self._free[name].append(env)
 
 
+async def run_sessions(backend: TurnBackend, items: list[Item],
+                       play: Callable[[Item], Awaitable[Result]], limit: int,
+                       return_exceptions: bool = False) -> list[Result | BaseException]:
+    """`play(item)` for every item as concurrent sessions on `backend`, at most `limit` at a
+    time, in order. Each session is bracketed by episode_started/finished (a batching backend
+    counts the live ones to know when a batch is full), the whole batch by start/stop."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(item: Item) -> Result:
+        async with gate:
+            backend.episode_started()
+            try:
+                return await play(item)
+            finally:
+                backend.episode_finished()
+
+    await backend.start()
+    try:
+        return list(await asyncio.gather(*(one(item) for item in items),
+                                         return_exceptions=return_exceptions))
+    finally:
+        await backend.stop()
+
+
 @dataclass
 class EpisodeRunner:
     """Runs episodes of one teacher against one backend."""
@@ -123,21 +150,8 @@ class EpisodeRunner:
 
     async def run_batch(self, tasks: list[Task], round_: int = 0) -> list[Trajectory]:
         """All tasks as concurrent episodes (at most `max_concurrent_episodes` at a time)."""
-        gate = asyncio.Semaphore(self.config.episode.max_concurrent_episodes)
-
-        async def one(task: Task) -> Trajectory:
-            async with gate:
-                self.backend.episode_started()
-                try:
-                    return await self.run(task, round_)
-                finally:
-                    self.backend.episode_finished()
-
-        await self.backend.start()
-        try:
-            return list(await asyncio.gather(*(one(task) for task in tasks)))
-        finally:
-            await self.backend.stop()
+        return await run_sessions(self.backend, tasks, lambda task: self.run(task, round_),
+                                  self.config.episode.max_concurrent_episodes)
 
     async def run(self, task: Task, round_: int = 0) -> Trajectory:
         """One episode; never raises (a failure becomes the trajectory's error)."""
