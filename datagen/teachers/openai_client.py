@@ -7,8 +7,11 @@ the turn fails and the episode records why. Successful bodies go to the request 
 (`cache.py`), so a resumed run replays them for free. Usage gives token counts and cost.
 
 The API key is read once from the environment variable the config names. It is sent in the
-Authorization header and nowhere else: every error text is redacted before it is recorded or
-logged (a server may echo request headers back in an error body).
+Authorization header and nowhere else, and nothing the endpoint sends back is kept with it: a
+server may echo request headers into an error body or a 200's id or content, raw or encoded
+(`redact.py`). Error texts are redacted before they are cut, recorded or logged; a 200 body that
+carries the key has every string in it redacted before it is parsed into a row or cached. The
+password of a `user:password@` endpoint URL is treated the same way.
 
 Tool formats: `template` (default) keeps the model's turn as text with `<tool_call>` blocks -
 exactly what a Qwen-template server (vLLM, SGLang) generated; `native` uses the API's tools /
@@ -40,6 +43,7 @@ from datagen.teachers.config import OpenAIConfig, SamplingConfig, TeacherConfig
 from datagen.teachers.episode import Generation, TurnBackend, TurnRequest
 from datagen.teachers.llm import LLMTeacher
 from datagen.teachers.openai_wire import native_messages, parse_choice, parse_completion
+from datagen.teachers.redact import Redactor
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +76,8 @@ class OpenAIBackend(TurnBackend):
         endpoint = "/completions" if config.token_ids else "/chat/completions"
         self.url = config.base_url.rstrip("/") + endpoint
         self._api_key = self._read_key(config.api_key_env)
+        self.redactor = Redactor([self._api_key, urlsplit(config.base_url).password])
+        self.redacted_responses = 0  # responses (or cached bodies) that carried a secret
         self.limiter = AIMDLimiter(config.initial_concurrency, config.min_concurrency,
                                    config.max_concurrency)
         directory = config.cache_dir or cache_dir
@@ -95,12 +101,12 @@ class OpenAIBackend(TurnBackend):
         return key
 
     def redact(self, text: str) -> str:
-        """`text` with the API key removed: error bodies can echo request headers."""
-        return text.replace(self._api_key, "[redacted]") if self._api_key else text
+        """`text` with the API key removed in any encoding (redact before cutting)."""
+        return self.redactor.redact(text)
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "openai", "model": self.config.model,
-                "endpoint": _public_url(self.config.base_url),
+                "endpoint": self.redact(_public_url(self.config.base_url)),
                 "tool_format": self.config.tool_format,
                 "logprobs_mode": "server" if self.sampling.logprobs else None}
 
@@ -156,8 +162,8 @@ class OpenAIBackend(TurnBackend):
         body = self.request_body(request)
         key = fingerprint(body, request.key) if self.cache is not None else ""
         cached = self.cache.get(key) if self.cache is not None else None
-        if cached is not None:
-            gen = self._parse(orjson.loads(cached))
+        if cached is not None:  # a cache written before redaction existed may hold the key
+            gen = self._parse(self._scrub(cached, orjson.loads(cached))[1])
             gen.cached = True
             return gen
         started = time.perf_counter()
@@ -166,20 +172,50 @@ class OpenAIBackend(TurnBackend):
             return Generation(error=error, retries=retries, seconds=time.perf_counter() - started)
         gen = self._parse(response)
         gen.retries, gen.seconds = retries, time.perf_counter() - started
-        if gen.error is None and self.cache is not None:
+        # token ids that spelled a secret were dropped (`_redact_decoded`): the body holding
+        # them is not cached, since decoding it would give the secret back
+        spelled_secret = self.config.token_ids and gen.token_ids is None
+        if gen.error is None and self.cache is not None and not spelled_secret:
             self.cache.put(key, raw)
         return gen
+
+    def _scrub(self, raw: bytes, response: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
+        """A 200 body that carries a secret anywhere (id, content, tool calls) -> every string
+        in it redacted, and the redacted bytes are what the cache stores. Bodies without one
+        (nearly all) are returned as they are, after one search of the raw text."""
+        if not self.redactor.spans(raw.decode("utf-8", "replace")):
+            return raw, response
+        self._count_redaction()
+        response = self.redactor.redact_json(response)
+        return orjson.dumps(response), response
+
+    def _count_redaction(self) -> None:
+        self.redacted_responses += 1
+        if self.redacted_responses == 1:
+            log.warning("the endpoint %s sent back the API key (or a part or an encoding of it); "
+                        "it is stored as [redacted]", self.describe()["endpoint"])
 
     def _parse(self, response: dict[str, Any]) -> Generation:
         try:
             gen = (parse_completion(response, self.tokenizer, self.sampling.logprobs)
                    if self.config.token_ids else parse_choice(response))
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
-            return Generation(error=self.redact(f"malformed response: {type(exc).__name__}: "
-                                                f"{str(exc)[:200]}"))
+            return Generation(error=f"malformed response: {type(exc).__name__}: "
+                                    f"{self.redactor.excerpt(str(exc), 200)}")
+        if self.config.token_ids:
+            self._redact_decoded(gen)
         gen.cost_usd = (gen.prompt_tokens * self.config.usd_per_million_input_tokens
                         + gen.completion_tokens * self.config.usd_per_million_output_tokens) / 1e6
         return gen
+
+    def _redact_decoded(self, gen: Generation) -> None:
+        """Token ids decoded to a secret (the body held only ids, so `_scrub` could not see it):
+        the text is redacted and the ids dropped, so the episode re-tokenises the redacted text
+        (counted in `retokenised_turns`) instead of storing ids that spell the key."""
+        text = self.redact(gen.text)
+        if text != gen.text:
+            self._count_redaction()
+            gen.text, gen.token_ids, gen.topk_ids, gen.topk_logprobs = text, None, None, None
 
     async def _post_with_retries(self, payload: bytes,
                                  ) -> tuple[bytes, dict[str, Any], int, str | None]:
@@ -194,22 +230,24 @@ class OpenAIBackend(TurnBackend):
                         response = orjson.loads(raw)
                         response["choices"][0]  # noqa: B018 - a body we cannot read is retried
                         slot.succeeded = True
+                        raw, response = self._scrub(raw, response)
                         return raw, response, attempt, None
-                    failure = f"HTTP {status}: {raw[:200].decode(errors='replace')}"
+                    failure = f"HTTP {status}: {self.redactor.excerpt(raw, 200)}"
                     slot.throttled = status == 429
                     if status not in RETRYABLE_STATUS:  # 400, 401, 404...: retrying will not help
-                        return b"", {}, attempt, self.redact(failure)
+                        return b"", {}, attempt, failure
                 except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-                    failure = f"malformed body: {type(exc).__name__}: {str(exc)[:120]}"
+                    failure = (f"malformed body: {type(exc).__name__}: "
+                               f"{self.redactor.excerpt(str(exc), 120)}")
                 except Exception as exc:  # timeouts, resets, refused connections
                     failure = self._describe_transport_error(exc)
             if attempt < self.config.max_retries:
                 delay = backoff_seconds(attempt, self.config.backoff_base_s,
                                         self.config.backoff_max_s, retry_after)
                 log.info("retry %d/%d in %.2fs after %s", attempt + 1, self.config.max_retries,
-                         delay, self.redact(failure)[:120])
+                         delay, failure[:120])  # every failure text is redacted where it is made
                 await asyncio.sleep(delay)
-        return b"", {}, self.config.max_retries, self.redact(
+        return b"", {}, self.config.max_retries, (
             f"gave up after {self.config.max_retries + 1} attempts: {failure}")
 
     async def _post(self, payload: bytes) -> tuple[int, bytes, str | None]:
@@ -220,7 +258,7 @@ class OpenAIBackend(TurnBackend):
     def _describe_transport_error(self, exc: Exception) -> str:
         if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
             return f"timeout after {self.config.timeout_s}s"
-        return f"connection error: {type(exc).__name__}: {str(exc)[:160]}"
+        return f"connection error: {type(exc).__name__}: {self.redactor.excerpt(str(exc), 160)}"
 
 
 def make_openai_teacher(config: TeacherConfig, work_dir: str | None = None) -> LLMTeacher:

@@ -3,8 +3,11 @@
 It speaks the protocol for real (aiohttp, its own thread and event loop) and, before answering,
 plays queued faults: 429 (with or without Retry-After), 500, 503, a hang (the request never
 gets an answer), a 200 with a malformed or truncated body, a 500 that echoes the request's
-headers (to prove the API key is redacted). Answers come from `ScriptedAgent`, a fake teacher
-that follows each task's gold solution - not a model, and named so - or from any function given.
+headers, and `echo-key:STATUS:ENCODING[@OFFSET]`: a response that sends the API key back in one
+of `ECHO_ENCODINGS` (an error body with the echo OFFSET characters in, or a 200 with it in the
+id, the system fingerprint and the content). `echo_200` makes every 200 answer echo the key, in
+those encodings in turn. Answers come from `ScriptedAgent`, a fake teacher that follows each
+task's gold solution - not a model, and named so - or from any function given.
 
 A capacity limit turns it into a rate-limited server: requests beyond `capacity` in flight get
 429s, which is what the AIMD limiter has to discover.
@@ -13,10 +16,13 @@ A capacity limit turns it into a rate-limited server: requests beyond `capacity`
 from __future__ import annotations
 
 import asyncio
+import base64
+import itertools
 import socket
 import threading
 from collections import deque
 from typing import Any, Callable
+from urllib.parse import quote
 
 import orjson
 from aiohttp import web
@@ -25,6 +31,50 @@ from datagen.chat import ANSWER_PREFIX, render_call
 from datagen.types import Task
 
 Reply = Callable[[dict[str, Any]], "str | dict[str, Any]"]
+
+# How a badly behaved endpoint may send the key back (all of it, or a part: `half`).
+ECHO_ENCODINGS: dict[str, Callable[[str], str]] = {
+    "raw": lambda key: key,
+    "upper": str.upper,
+    "lower": str.lower,
+    "half": lambda key: key[len(key) // 2:],
+    "json-u": lambda key: "".join(f"\\u{ord(c):04x}" for c in key),
+    "url": lambda key: "".join(f"%{byte:02X}" for byte in key.encode()),
+    "url-quote": lambda key: quote(f"Bearer {key}"),
+    "html": lambda key: "".join(f"&#{ord(c)};" for c in key),
+    "hex": lambda key: key.encode().hex(),
+    "hex-upper": lambda key: key.encode().hex().upper(),
+    "b64": lambda key: base64.b64encode(key.encode()).decode(),
+    "b64-1": lambda key: base64.b64encode(b"x" + key.encode()).decode(),
+    "b64-2": lambda key: base64.b64encode(b"xy" + key.encode()).decode(),
+    "b64url-bearer": lambda key: base64.urlsafe_b64encode(f"Bearer {key}".encode()).decode(),
+}
+_ECHO = "@@ECHO@@"
+
+
+def echo_body(reply: str | dict[str, Any], key: str, encoding: str) -> bytes:
+    """A 200 body whose id, system fingerprint and content carry the key in `encoding`. The
+    content gets it inside a <critique> block when there is one (so a critic's reply stores
+    it), else in front. `json-u` escapes the key at the JSON level: the raw bytes hold
+    \\u0073..., the parsed content the key itself."""
+    message = dict(reply) if isinstance(reply, dict) else {"role": "assistant", "content": reply}
+    content = message.get("content") or ""
+    message["content"] = (content.replace("<critique>", f"<critique>Echo {_ECHO}. ", 1)
+                          if "<critique>" in content else f"Echo {_ECHO}.\n{content}")
+    body = completion(message)
+    body.update(id=f"chatcmpl-{_ECHO}", system_fingerprint=_ECHO)
+    if encoding == "json-u":
+        fragment = "".join(f"\\u{ord(c):04x}" for c in key).encode()
+    else:
+        fragment = orjson.dumps(ECHO_ENCODINGS[encoding](key))[1:-1]
+    return orjson.dumps(body).replace(_ECHO.encode(), fragment)
+
+
+def echo_error(key: str, encoding: str, offset: int) -> str:
+    """An error text with the key in `encoding` starting `offset` characters in."""
+    lead = "upstream error; request headers follow "
+    lead = (lead * (offset // len(lead) + 1))[:offset]
+    return f"{lead}{ECHO_ENCODINGS[encoding](key)} (end of echo)"
 
 
 def completion(reply: str | dict[str, Any], prompt_tokens: int = 100,
@@ -65,8 +115,10 @@ class ScriptedAgent:
 class FaultServer:
     """Loopback chat-completions server with a queue of faults and an optional capacity."""
 
-    def __init__(self, reply: Reply, capacity: int | None = None, latency_s: float = 0.0):
+    def __init__(self, reply: Reply, capacity: int | None = None, latency_s: float = 0.0,
+                 echo_200: list[str] | None = None):
         self.reply, self.capacity, self.latency_s = reply, capacity, latency_s
+        self._echo_200 = itertools.cycle(echo_200) if echo_200 else None
         self.faults: deque[str] = deque()
         self.bodies: list[dict[str, Any]] = []
         self.statuses: list[int] = []
@@ -84,7 +136,7 @@ class FaultServer:
 
     def queue(self, *faults: str) -> None:
         """Faults for the next requests, in order: 429, 429-retry-after, 500, 503, hang,
-        malformed, truncated, no-choices, echo-headers, 400."""
+        malformed, truncated, no-choices, echo-headers, 400, echo-key:STATUS:ENCODING[@N]."""
         self.faults.extend(faults)
 
     def start(self) -> FaultServer:
@@ -104,6 +156,7 @@ class FaultServer:
     async def _serve(self) -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/completions", self._handle)  # `reply` returns whole bodies
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
@@ -129,9 +182,26 @@ class FaultServer:
             return await self._fault(fault, request)
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        return web.json_response(completion(self.reply(body)))
+        if self._echo_200 is not None:
+            return self._echo(request, body, 200, next(self._echo_200), 0)
+        answer = self.reply(body)
+        return web.json_response(answer if isinstance(answer, dict) and "choices" in answer
+                                 else completion(answer))
+
+    def _echo(self, request: web.Request, body: dict[str, Any], status: int, encoding: str,
+              offset: int) -> web.Response:
+        key = (request.headers.get("Authorization") or "").removeprefix("Bearer ")
+        if status == 200:
+            return web.Response(body=echo_body(self.reply(body), key, encoding),
+                                content_type="application/json")
+        return web.Response(status=status, text=echo_error(key, encoding, offset))
 
     async def _fault(self, fault: str, request: web.Request) -> web.Response:
+        if fault.startswith("echo-key:"):  # echo-key:STATUS:ENCODING[@OFFSET]
+            _, status, encoding = fault.split(":")
+            encoding, _, offset = encoding.partition("@")
+            return self._echo(request, await request.json(), int(status), encoding,
+                              int(offset or 0))
         if fault == "hang":
             await asyncio.sleep(3600)  # the client's timeout must fire first
         if fault == "429":
