@@ -2,139 +2,148 @@
 
 Topology (one process per box):
 
-    driver: plan chunks -> skip complete ones -> feed workers -> progress -> manifest + card
-    ChunkWorker x N (1 CPU each): ChunkProcessor.process(chunk) -> shards + marker on disk
+    driver: resolve paths -> plan chunks -> skip complete ones -> start workers -> feed the
+            ready ones -> re-queue chunks of lost workers -> progress -> manifest + card
+    ChunkWorker x N (1 CPU each): setup (preflight checks, ChunkProcessor) -> process(chunk)
+            -> shards + marker on disk
 
 A chunk (default 1,000 tasks) is the unit of work, of writing and of resume, which keeps the
-cost of a Ray call (~1 ms) negligible next to the work it carries. Each worker keeps up to
-`max_in_flight` chunks queued so it never waits on the driver; the last chunks go only to idle
-workers, so that none waits behind a busy one at the end. The same code runs on a laptop
-(`ray.init()` starts a local Ray) and on a cluster (`--address`, `RAY_ADDRESS`, or inside a
-`ray job submit` job, where Ray sets the address).
+cost of a Ray call (~1 ms) negligible next to the work it carries. The driver never waits
+without a bound: it waits on chunks and on worker life-cycle calls together, with a timeout
+that is the next worker's deadline (`LivenessPolicy`). A worker Ray cannot place is given up
+and the run goes on with the others; a worker that dies has its chunks re-queued on the
+others and is replaced; when no worker is left the run fails with the reason. The same code
+runs on a laptop (`ray.init()` starts a local Ray) and on a cluster (`--address`,
+`RAY_ADDRESS`, or inside a `ray job submit` job, where Ray sets the address).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import time
-from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 from tqdm import tqdm
 
 from datagen.card import write_card
-from datagen.chunk import Chunk, ChunkProcessor, plan_chunks, tune_gc
+from datagen.chunk import Chunk, plan_chunks
+from datagen.cluster import ClusterError, init_ray, job_working_dir
 from datagen.config import RUN_ONLY_FIELDS, GenerateConfig, fingerprint
+from datagen.dispatch import ChunkDispatch
+from datagen.preflight import OutProbe, resolve_paths
 from datagen.shards import ChunkRecord, ShardStore
 from datagen.summary import RunSummary, negative_kind_stats, summarise
+from datagen.workers import LivenessPolicy, WorkerPool, short_error
 
-log = logging.getLogger(__name__)
-STARTUP_WAIT_S = 60.0  # longest wait for every worker to be up before chunks go out
-
-
-@ray.remote(num_cpus=1)
-class ChunkWorker:
-    """Holds a ChunkProcessor (environments, teacher, tokenizer) for the whole run."""
-
-    def __init__(self, config_json: str) -> None:
-        self.processor = ChunkProcessor(GenerateConfig.model_validate_json(config_json))
-        tune_gc()
-
-    def process(self, chunk: Chunk) -> ChunkRecord:
-        return self.processor.process(chunk)
-
-
-def init_ray(address: str | None = None) -> bool:
-    """Connect to `address`, else $RAY_ADDRESS, else start a local Ray. True if we started it."""
-    if ray.is_initialized():
-        return False
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
-    return address is None
+__all__ = ["ClusterError", "LivenessPolicy", "init_ray", "run_generation"]
 
 
 @dataclass
-class _Dispatch:
-    """Bookkeeping of in-flight chunks: which worker runs which chunk, how many each holds."""
+class ChunkRun:
+    """What one run of the dispatch loop produced, for the summary."""
 
-    workers: list[Any]
-    in_flight: dict[Any, tuple[int, Chunk]]
-    busy: list[int]
-
-    def submit(self, worker_index: int, chunk: Chunk) -> None:
-        ref = self.workers[worker_index].process.remote(chunk)
-        self.in_flight[ref] = (worker_index, chunk)
-        self.busy[worker_index] += 1
-
-    def done(self, ref: Any) -> tuple[int, Chunk]:
-        worker_index, chunk = self.in_flight.pop(ref)
-        self.busy[worker_index] -= 1
-        return worker_index, chunk
-
-    def fill(self, queue: deque[Chunk], max_in_flight: int) -> None:
-        """Top up every worker to `max_in_flight` queued chunks while there is work for all;
-        near the end, hand a chunk only to a worker with nothing left, so that no chunk waits
-        behind a busy worker while another one idles (at 5 chunks per 2 workers that wait
-        was a fifth of the run)."""
-        for worker_index in sorted(range(len(self.workers)), key=self.busy.__getitem__):
-            depth = max_in_flight if len(queue) > len(self.workers) else 1
-            while queue and self.busy[worker_index] < depth:
-                self.submit(worker_index, queue.popleft())
+    records: list[ChunkRecord] = field(default_factory=list)
+    failed: list[tuple[Chunk, str]] = field(default_factory=list)
+    seconds: float = 0.0
+    startup_seconds: float = 0.0  # until the first worker was ready: nothing could run before
+    requeued: int = 0
+    notes: list[str] = field(default_factory=list)
 
 
-def _start_workers(config_json: str, n_workers: int) -> tuple[list[Any], float]:
-    """Start the chunk workers and wait until they are built (imports, environments), so that
-    the start-up seconds can be reported apart from the seconds spent on chunks. A worker that
-    fails to start counts as ready (its first chunk fails and is reported); on a cluster that
-    is still scaling up, chunks go out after STARTUP_WAIT_S whether or not all workers are up."""
-    started = time.perf_counter()
-    workers = [ChunkWorker.remote(config_json) for _ in range(n_workers)]
-    ready = [worker.__ray_ready__.remote() for worker in workers]
-    ray.wait(ready, num_returns=len(ready), timeout=STARTUP_WAIT_S)
-    return workers, time.perf_counter() - started
+def _worker_count(config: GenerateConfig, n_chunks: int, policy: LivenessPolicy) -> int:
+    """`num_workers`, else as many as the cluster's resources hold (one CPU each, plus the
+    policy's custom resources), never more than there are chunks."""
+    if config.num_workers:
+        return min(config.num_workers, n_chunks)
+    total = ray.cluster_resources()
+    fits = [int(total.get(name, 0) // amount) for name, amount in policy.wanted.items() if amount]
+    return max(min([*fits, n_chunks]), 1)
+
+
+class _Loop:
+    """One step at a time: top up the ready workers, wait (bounded) for a chunk or a worker
+    life-cycle call, apply what happened."""
+
+    def __init__(self, pool: WorkerPool, dispatch: ChunkDispatch, bar: tqdm,
+                 run: ChunkRun) -> None:
+        self.pool, self.dispatch, self.bar, self.run = pool, dispatch, bar, run
+
+    def step(self) -> None:
+        self.dispatch.fill(self.pool.ready(), self.pool.submit)
+        if not self.pool.alive():
+            self._no_worker_left()
+            return
+        refs = self.dispatch.handles() + self.pool.refs()
+        done, _ = ray.wait(refs, num_returns=1, timeout=self.pool.seconds_to_deadline())
+        for ref in done:
+            if self.pool.owns(ref):
+                self.pool.on_ref(ref)
+            else:
+                self._chunk_done(ref)
+        self.pool.expire()
+
+    def _chunk_done(self, ref: Any) -> None:
+        slot, chunk = self.dispatch.in_flight[ref]
+        try:
+            record = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:  # the chunk's own error: no retry
+            self.dispatch.done(ref)
+            self.dispatch.fail(chunk, str(exc).strip().splitlines()[-1][:300])
+            self.bar.update(chunk.stop - chunk.start)
+            return
+        except ray.exceptions.RayError as exc:  # worker or node lost: its chunks go back
+            reason = short_error(exc)
+            self.pool.lost(slot, reason)
+            for lost in self.dispatch.worker_lost(slot, reason):
+                self.bar.update(lost.stop - lost.start)
+            return
+        self.dispatch.done(ref)
+        self.run.records.append(record)
+        self.bar.update(chunk.stop - chunk.start)
+
+    def _no_worker_left(self) -> None:
+        error = self.pool.failure()
+        if not self.run.records and not self.dispatch.failed:
+            raise error  # nothing ran: fail before work, with the reason
+        for chunk in self.dispatch.fail_rest(str(error)):
+            self.bar.update(chunk.stop - chunk.start)
 
 
 def _run_chunks(config: GenerateConfig, todo: list[Chunk], done_rows: int,
-                ) -> tuple[list[ChunkRecord], list[tuple[Chunk, str]], float, float]:
-    """Feed `todo` to worker actors; return new records, failed chunks, wall seconds (worker
-    start-up included) and the worker start-up seconds."""
+                policy: LivenessPolicy) -> ChunkRun:
+    """Feed `todo` to worker actors until every chunk is written or has failed."""
     started = time.perf_counter()
-    n_workers = config.num_workers or max(int(ray.cluster_resources().get("CPU", 1)), 1)
-    n_workers = min(n_workers, len(todo))
-    config_json = config.model_dump_json()
-    workers, startup = _start_workers(config_json, n_workers)
-    dispatch = _Dispatch(workers, {}, [0] * n_workers)
-    queue = deque(todo)
-    records: list[ChunkRecord] = []
-    failed: list[tuple[Chunk, str]] = []
+    run = ChunkRun()
+    probe = OutProbe.create(ShardStore(config.out).tmp)
+    pool = WorkerPool(config.model_dump_json(), probe, policy)
+    dispatch = ChunkDispatch(todo, config.max_in_flight, policy.max_chunk_attempts)
     bar = tqdm(total=config.num_trajectories, initial=done_rows, unit="traj",
                disable=not config.progress, smoothing=0.1, dynamic_ncols=True)
     try:
-        dispatch.fill(queue, config.max_in_flight)
-        while dispatch.in_flight:
-            [ref], _ = ray.wait(list(dispatch.in_flight), num_returns=1)
-            worker_index, chunk = dispatch.done(ref)
-            try:
-                records.append(ray.get(ref))
-            except ray.exceptions.RayActorError as exc:
-                dispatch.workers[worker_index] = ChunkWorker.remote(config_json)
-                failed.append((chunk, f"worker died: {exc}"))
-            except ray.exceptions.RayTaskError as exc:
-                failed.append((chunk, str(exc).splitlines()[-1]))
-            bar.update(chunk.stop - chunk.start)
-            dispatch.fill(queue, config.max_in_flight)
+        pool.start(_worker_count(config, len(todo), policy))
+        loop = _Loop(pool, dispatch, bar, run)
+        while not dispatch.finished:
+            loop.step()
     finally:
         bar.close()
-        for worker in dispatch.workers:
-            ray.kill(worker)
-    return records, failed, time.perf_counter() - started, startup
+        pool.shutdown()
+        probe.remove()
+    run.failed, run.requeued, run.notes = dispatch.failed, dispatch.requeued, pool.notes
+    run.seconds = time.perf_counter() - started
+    run.startup_seconds = pool.first_ready_s or 0.0
+    return run
 
 
-def run_generation(config: GenerateConfig, address: str | None = None) -> RunSummary:
-    """Generate (or resume) the dataset described by `config` into `config.out`."""
+def run_generation(config: GenerateConfig, address: str | None = None,
+                   policy: LivenessPolicy | None = None) -> RunSummary:
+    """Generate (or resume) the dataset described by `config` into `config.out`. Raises a
+    ClusterError (a ConfigError) before any chunk runs when Ray cannot be reached or no worker
+    can run the config; chunks that fail after that are reported in the summary."""
+    policy = policy or LivenessPolicy.from_config(config)
+    working_dir = job_working_dir()
+    config = resolve_paths(config, keep_relative=working_dir is not None)
     store = ShardStore(config.out)
     fp = fingerprint(config)
     config_dump = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS)
@@ -142,19 +151,26 @@ def run_generation(config: GenerateConfig, address: str | None = None) -> RunSum
     chunks = plan_chunks(config)
     todo = [chunk for chunk in chunks if not store.is_complete(chunk.index)]
     done_rows = sum(c.stop - c.start for c in chunks) - sum(c.stop - c.start for c in todo)
-    new_records: list[ChunkRecord] = []
-    failed: list[tuple[Chunk, str]] = []
-    seconds = startup = 0.0
+    run = ChunkRun()
     try:
         if todo:
             init_ray(address)
-            new_records, failed, seconds, startup = _run_chunks(config, todo, done_rows)
+            run = _run_chunks(config, todo, done_rows, policy)
     finally:  # also on Ctrl-C: only complete chunks count; the manifest says what is there
         store.clear_tmp()
         records = store.records()
         manifest = store.write_manifest(fp, config_dump, len(chunks), records,
                                         {"negative_kinds": negative_kind_stats(records)})
-    summary = summarise(records, new_records, seconds, manifest, failed, str(store.root),
-                        startup_seconds=startup)
+    if working_dir is not None and config.out.startswith(_cwd_prefix()):
+        run.notes.append(f"OUT {config.out} lies in this Ray job's working directory, a per-node "
+                         "copy that Ray deletes with the session: give --out an absolute path "
+                         "on shared storage")
+    summary = summarise(records, run.records, run.seconds, manifest, run.failed,
+                        str(store.root), startup_seconds=run.startup_seconds,
+                        requeued=run.requeued, notes=run.notes)
     write_card(store.root, manifest, summary)
     return summary
+
+
+def _cwd_prefix() -> str:
+    return os.path.join(os.getcwd(), "")

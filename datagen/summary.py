@@ -38,6 +38,21 @@ def critic_stats(records: list[ChunkRecord]) -> dict[str, Any]:
     return {**totals, "rejected_reasons": dict(reasons.most_common(4))}
 
 
+def stage_seconds(records: list[ChunkRecord]) -> dict[str, float]:
+    """Worker seconds per chunk stage over `records`. Chunks that time each stage record
+    `stats["stage_seconds"]`; older ones only split rollout (tasks, rollout, rows) from the
+    rest (negatives, critics), without the shard write."""
+    totals: Counter = Counter()
+    for record in records:
+        stats = record.stats
+        if isinstance(stats.get("stage_seconds"), dict):
+            totals.update(stats["stage_seconds"])
+        elif "seconds" in stats and "seconds_rollout" in stats:
+            totals["rollout+rows"] += stats["seconds_rollout"]
+            totals["negatives+critics"] += stats["seconds"] - stats["seconds_rollout"]
+    return {stage: seconds for stage, seconds in totals.items() if seconds > 0}
+
+
 @dataclass
 class RunSummary:
     out: str
@@ -50,7 +65,10 @@ class RunSummary:
     failed_chunks: list[tuple[int, str]] = field(default_factory=list)
     negative_kinds: dict[str, dict[str, float]] = field(default_factory=dict)
     critics: dict[str, Any] = field(default_factory=dict)
-    startup_seconds: float = 0.0  # of `seconds`: starting the workers (imports, environments)
+    startup_seconds: float = 0.0  # of `seconds`: until the first worker was ready
+    requeued: int = 0  # chunks given back to the queue after their worker was lost
+    notes: list[str] = field(default_factory=list)  # workers given up, lost or dropped
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # this run's chunks
 
     @property
     def rate(self) -> float:
@@ -62,8 +80,22 @@ class RunSummary:
         working = self.seconds - self.startup_seconds
         return self.generated / working if working > 0 else 0.0
 
+    def _this_run(self) -> str:
+        if self.generated:
+            return (f"this run: {self.generated:,} trajectories in {self.seconds:.1f}s "
+                    f"= {self.rate:,.0f} traj/s ({self.startup_seconds:.1f}s of it starting "
+                    f"workers; {self.steady_rate:,.0f} traj/s after)")
+        if self.failed_chunks:
+            return f"this run: no chunk was written; {len(self.failed_chunks)} FAILED (below)"
+        if self.complete:
+            return "this run: nothing to do, every chunk was already complete"
+        return "this run: no chunk was written"
+
     def format(self) -> str:
-        lines = [f"output: {self.out}  ({'complete' if self.complete else 'INCOMPLETE'}); "
+        status = "complete" if self.complete else (
+            f"INCOMPLETE, {len(self.failed_chunks)} chunk(s) failed" if self.failed_chunks
+            else "INCOMPLETE")
+        lines = [f"output: {self.out}  ({status}); "
                  f"shards in {self.out}/trajectories/, see {self.out}/README.md"]
         lines.append("rows: " + ", ".join(f"{k}={v:,}" for k, v in self.counts.items() if v))
         lines.append(f"{'env':<14}{'trajectories':>13}{'success':>9}{'tool calls/traj':>17}"
@@ -85,12 +117,15 @@ class RunSummary:
                          f"not emitted{': ' + why if why else ''}), safety pairs "
                          f"{c.get('safety_dangerous', 0):,} dangerous + "
                          f"{c.get('safety_benign', 0):,} benign look-alikes")
-        if self.generated:
-            lines.append(f"this run: {self.generated:,} trajectories in {self.seconds:.1f}s "
-                         f"= {self.rate:,.0f} traj/s ({self.startup_seconds:.1f}s of it starting "
-                         f"workers; {self.steady_rate:,.0f} traj/s after)")
-        else:
-            lines.append("this run: nothing to do, every chunk was already complete")
+        lines.append(self._this_run())
+        if self.stage_seconds:
+            total = sum(self.stage_seconds.values())
+            lines.append(f"chunk time ({total:,.1f} worker-s): " + ", ".join(
+                f"{stage} {seconds / total:.0%}" for stage, seconds in self.stage_seconds.items()))
+        if self.requeued:
+            lines.append(f"retried: {self.requeued} chunk(s) went back to the queue after their "
+                         "worker was lost")
+        lines.extend(f"note: {note}" for note in self.notes)
         for chunk, error in self.failed_chunks:
             lines.append(f"FAILED chunk {chunk}: {error} (rerun the same command to retry)")
         lines.append(f"look inside: datagen inspect {self.out}")
@@ -111,7 +146,8 @@ def _merge(records: list[ChunkRecord]) -> tuple[dict[str, Counter], Counter, Cou
 
 def summarise(records: list[ChunkRecord], new_records: list[ChunkRecord], seconds: float,
               manifest: dict[str, Any], failed: list, out: str,
-              startup_seconds: float = 0.0) -> RunSummary:
+              startup_seconds: float = 0.0, requeued: int = 0,
+              notes: list[str] | None = None) -> RunSummary:
     per_env_counts, span_count, span_chars = _merge(records)
     per_env = {}
     for env, c in sorted(per_env_counts.items()):
@@ -126,4 +162,6 @@ def summarise(records: list[ChunkRecord], new_records: list[ChunkRecord], second
                       generated=generated, seconds=seconds, complete=manifest["complete"],
                       failed_chunks=[(chunk.index, error) for chunk, error in failed],
                       negative_kinds=negative_kind_stats(records),
-                      critics=critic_stats(records), startup_seconds=startup_seconds)
+                      critics=critic_stats(records), startup_seconds=startup_seconds,
+                      requeued=requeued, notes=list(notes or []),
+                      stage_seconds=stage_seconds(new_records))

@@ -1,54 +1,92 @@
-"""Chunk dispatch of the pipeline, without Ray: how chunks are queued on workers."""
+"""Chunk dispatch of the pipeline, without Ray: how chunks are queued on workers, and what
+happens to the chunks of a worker that is lost."""
 
 from __future__ import annotations
 
-from collections import deque
 from itertools import count
 
 from datagen.chunk import Chunk
-from datagen.pipeline import _Dispatch
+from datagen.dispatch import ChunkDispatch
 
 
-class _FakeWorker:
-    """Stands in for a ChunkWorker handle: `process.remote(chunk)` returns a unique ref."""
-
-    refs = count()
+class _SubmitLog:
+    """Stands in for `WorkerPool.submit`: records which slot got which chunk, returns a
+    unique handle."""
 
     def __init__(self) -> None:
-        self.process = self
-        self.got: list[int] = []
+        self.handles = count()
+        self.got: dict[int, list[int]] = {}
 
-    def remote(self, chunk: Chunk) -> int:
-        self.got.append(chunk.index)
-        return next(self.refs)
-
-
-def _dispatch(n_workers: int) -> _Dispatch:
-    return _Dispatch([_FakeWorker() for _ in range(n_workers)], {}, [0] * n_workers)
+    def __call__(self, slot: int, chunk: Chunk) -> int:
+        self.got.setdefault(slot, []).append(chunk.index)
+        return next(self.handles)
 
 
-def _chunks(n: int) -> deque[Chunk]:
-    return deque(Chunk(i, i * 10, (i + 1) * 10) for i in range(n))
+def _dispatch(n_chunks: int, max_in_flight: int = 2, max_attempts: int = 3) -> ChunkDispatch:
+    chunks = [Chunk(i, i * 10, (i + 1) * 10) for i in range(n_chunks)]
+    return ChunkDispatch(chunks, max_in_flight, max_attempts)
+
+
+def _handles_of(dispatch: ChunkDispatch, slot: int) -> list[int]:
+    return list(dispatch.per_slot.get(slot, []))
 
 
 def test_workers_are_topped_up_while_there_is_work_for_all():
-    dispatch, queue = _dispatch(2), _chunks(10)
-    dispatch.fill(queue, max_in_flight=2)
-    assert dispatch.busy == [2, 2] and len(queue) == 6
+    dispatch, submit = _dispatch(10), _SubmitLog()
+    dispatch.fill([0, 1], submit)
+    assert [dispatch.busy(0), dispatch.busy(1)] == [2, 2] and len(dispatch.queue) == 6
 
 
 def test_the_last_chunks_wait_for_an_idle_worker():
-    dispatch, queue = _dispatch(2), _chunks(5)
-    dispatch.fill(queue, max_in_flight=2)
-    assert dispatch.busy == [2, 2] and [c.index for c in queue] == [4]
-    first = next(ref for ref, (worker, _) in dispatch.in_flight.items() if worker == 0)
-    dispatch.done(first)
-    dispatch.fill(queue, max_in_flight=2)  # worker 0 still runs a chunk: chunk 4 is held
-    assert dispatch.busy == [1, 2] and len(queue) == 1
-    second = next(ref for ref, (worker, _) in dispatch.in_flight.items() if worker == 1)
-    dispatch.done(second)
-    for ref in [ref for ref, (worker, _) in dispatch.in_flight.items() if worker == 0]:
-        dispatch.done(ref)
-    dispatch.fill(queue, max_in_flight=2)  # worker 0 is idle now: it takes chunk 4
-    assert dispatch.busy == [1, 1] and not queue
-    assert dispatch.workers[0].got[-1] == 4
+    dispatch, submit = _dispatch(5), _SubmitLog()
+    dispatch.fill([0, 1], submit)
+    assert [dispatch.busy(0), dispatch.busy(1)] == [2, 2]
+    assert [c.index for c in dispatch.queue] == [4]
+    dispatch.done(_handles_of(dispatch, 0)[0])
+    dispatch.fill([0, 1], submit)  # worker 0 still runs a chunk: chunk 4 is held
+    assert [dispatch.busy(0), dispatch.busy(1)] == [1, 2] and len(dispatch.queue) == 1
+    dispatch.done(_handles_of(dispatch, 1)[0])
+    dispatch.done(_handles_of(dispatch, 0)[0])
+    dispatch.fill([0, 1], submit)  # worker 0 is idle now: it takes chunk 4
+    assert [dispatch.busy(0), dispatch.busy(1)] == [1, 1] and not dispatch.queue
+    assert submit.got[0][-1] == 4
+
+
+def test_a_worker_that_is_not_ready_never_holds_a_chunk():
+    # The deadlock of two concurrent runs: chunks queued on a worker still waiting for a CPU.
+    dispatch, submit = _dispatch(12), _SubmitLog()
+    for _ in range(12):
+        dispatch.fill([0], submit)  # worker 1 exists but is still pending
+        dispatch.done(_handles_of(dispatch, 0)[0])
+    assert dispatch.finished and set(submit.got) == {0} and len(submit.got[0]) == 12
+
+
+def test_a_lost_workers_chunks_go_back_to_the_front_and_only_its_running_one_is_charged():
+    dispatch, submit = _dispatch(6), _SubmitLog()
+    dispatch.fill([0, 1], submit)  # 0: chunks 0, 1; 1: chunks 2, 3; queue: 4, 5
+    running, queued = submit.got[0]
+    assert dispatch.worker_lost(0, "node died") == []
+    assert [c.index for c in dispatch.queue] == [running, queued, 4, 5]
+    assert dispatch.attempts[running] == 1 and dispatch.attempts[queued] == 0
+    assert dispatch.requeued == 2 and dispatch.busy(0) == 0 and len(dispatch.in_flight) == 2
+    dispatch.fill([1, 2], submit)  # the replacement (slot 2) takes the re-queued chunks first
+    assert submit.got[2] == [running, queued]
+
+
+def test_a_chunk_that_keeps_killing_its_worker_fails_after_max_attempts():
+    dispatch, submit = _dispatch(1, max_attempts=3), _SubmitLog()
+    for attempt in range(1, 4):
+        dispatch.fill([attempt], submit)
+        given_up = dispatch.worker_lost(attempt, f"OOM {attempt}")
+    assert [c.index for c in given_up] == [0] and dispatch.finished
+    [(chunk, reason)] = dispatch.failed
+    assert chunk.index == 0 and "3 times" in reason and "OOM 3" in reason
+
+
+def test_with_no_worker_left_every_remaining_chunk_fails_with_the_reason():
+    dispatch, submit = _dispatch(5), _SubmitLog()
+    dispatch.fill([0], submit)
+    dispatch.done(_handles_of(dispatch, 0)[0])
+    failed = dispatch.fail_rest("no chunk worker could be placed within 60s")
+    assert sorted(c.index for c in failed) == [1, 2, 3, 4] and dispatch.finished
+    assert all("60s" in reason for _, reason in dispatch.failed)

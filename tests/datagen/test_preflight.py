@@ -1,0 +1,96 @@
+"""Preflight without Ray: paths resolved on the driver, the OUT probe, what a worker reports
+missing, and a summary that never calls a failed run complete."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from datagen.config import GenerateConfig
+from datagen.preflight import OutProbe, resolve_paths, worker_problems
+from datagen.shards import ChunkRecord, ShardInfo
+from datagen.summary import RunSummary, stage_seconds
+
+OPENAI = {"backend": "openai", "openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m",
+                                          "api_key_env": "DATAGEN_TEST_NOT_SET_ANYWHERE"}}
+
+
+def test_relative_out_and_local_model_paths_become_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "model").mkdir()
+    config = GenerateConfig(out="rel/out", tokenizer="tok",
+                            teacher={"backend": "hf", "hf": {"model": "model",
+                                                             "tokenizer": "Org/hub-name"}})
+    resolved = resolve_paths(config)
+    assert resolved.out == str(tmp_path / "rel" / "out")
+    assert resolved.tokenizer == str(tmp_path / "tok")
+    assert resolved.teacher.hf.model == str(tmp_path / "model")
+    assert resolved.teacher.hf.tokenizer == "Org/hub-name"  # not a local path: left alone
+    kept = resolve_paths(config, keep_relative=True)  # a job whose workers share the cwd
+    assert kept.out == str(tmp_path / "rel" / "out") and kept.tokenizer == "tok"
+
+
+def test_the_probe_tells_a_worker_that_sees_out_from_one_that_does_not(tmp_path):
+    probe = OutProbe.create(tmp_path)
+    assert probe.check() is None
+    elsewhere = OutProbe(str(tmp_path / "other-node" / "probe-x"), probe.token)
+    message = elsewhere.check()
+    assert "OUT is not visible here" in message and "every node mounts" in message
+    probe.remove()
+    assert not os.path.exists(probe.path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_the_probe_reports_an_out_the_worker_cannot_write(tmp_path):
+    probe = OutProbe.create(tmp_path)
+    tmp_path.chmod(0o555)
+    try:
+        assert "cannot write to OUT" in probe.check()
+    finally:
+        tmp_path.chmod(0o755)
+
+
+def test_a_missing_key_variable_and_model_path_are_reported_with_how_to_provide_them(tmp_path):
+    config = GenerateConfig(out=str(tmp_path), teacher=OPENAI,
+                            tokenizer=str(tmp_path / "no-such-tokenizer"))
+    problems = worker_problems(config, OutProbe.create(tmp_path))
+    assert len(problems) == 2
+    key, path = problems
+    assert "$DATAGEN_TEST_NOT_SET_ANYWHERE" in key and "--runtime-env-json" in key
+    assert "Kubernetes Secret" in key
+    assert "no-such-tokenizer does not exist here" in path
+
+
+def test_a_config_a_worker_can_run_has_no_problems(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATAGEN_TEST_NOT_SET_ANYWHERE", "k")
+    config = GenerateConfig(out=str(tmp_path), teacher=OPENAI)
+    assert worker_problems(config, OutProbe.create(tmp_path)) == []
+
+
+def _summary(**fields) -> RunSummary:
+    base = {"out": "OUT", "counts": {}, "per_env": {}, "spans": {}, "generated": 0,
+            "seconds": 1.0, "complete": False}
+    return RunSummary(**{**base, **fields})
+
+
+def test_a_run_whose_chunks_all_failed_is_not_called_complete():
+    text = _summary(failed_chunks=[(0, "boom"), (1, "boom")]).format()
+    assert "nothing to do" not in text and "already complete" not in text
+    assert "INCOMPLETE, 2 chunk(s) failed" in text and "no chunk was written" in text
+    assert "FAILED chunk 1: boom" in text
+    assert "nothing to do" in _summary(complete=True).format()
+
+
+def test_stage_shares_come_from_the_chunk_records():
+    def record(stats):
+        return ChunkRecord(0, {"trajectories": ShardInfo("f", 1, 1, "x")}, stats)
+
+    timed = [record({"stage_seconds": {"rollout": 3.0, "rows": 1.0}}),
+             record({"stage_seconds": {"rollout": 1.0, "write": 1.0}})]
+    assert stage_seconds(timed) == {"rollout": 4.0, "rows": 1.0, "write": 1.0}
+    coarse = stage_seconds([record({"seconds_rollout": 1.0, "seconds": 4.0})])
+    assert coarse == {"rollout+rows": 1.0, "negatives+critics": 3.0}
+    text = _summary(stage_seconds={"rollout": 3.0, "write": 1.0}, generated=1).format()
+    assert "chunk time (4.0 worker-s): rollout 75%, write 25%" in text
