@@ -60,7 +60,8 @@ ds = ray.data.read_parquet("trajectories/")
 
 ## Columns of `trajectories/`
 {COLUMNS}
-`manifest.json` lists every shard with its row count and sha256.
+`manifest.json` lists every shard with its row count and sha256; `datagen verify DIR` checks
+them.
 
 ## Config
 ```yaml

@@ -10,9 +10,10 @@ from __future__ import annotations
 import gc
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import Any, overload
 
 import pyarrow as pa
 
@@ -41,11 +42,42 @@ class Chunk:
     stop: int
 
 
-def plan_chunks(config: GenerateConfig) -> list[Chunk]:
-    """Fixed chunk boundaries: chunk i covers tasks [i*size, (i+1)*size)."""
-    size, total = config.chunk_size, config.num_trajectories
-    return [Chunk(i, start, min(start + size, total))
-            for i, start in enumerate(range(0, total, size))]
+class ChunkPlan(Sequence[Chunk]):
+    """Fixed chunk boundaries by arithmetic: chunk i covers tasks [i*size, (i+1)*size) cut at
+    `total`. A sequence computed on demand, not a list: planning costs nothing whatever the
+    run's size (a list for 10^12 tasks was a MemoryError after 52 s)."""
+
+    def __init__(self, total: int, size: int) -> None:
+        if total < 0 or size < 1:
+            raise ValueError(f"cannot plan {total} tasks in chunks of {size}")
+        self.total, self.size = total, size
+
+    def __len__(self) -> int:
+        return -(-self.total // self.size)
+
+    @overload
+    def __getitem__(self, index: int) -> Chunk: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Chunk]: ...
+
+    def __getitem__(self, index: int | slice) -> Chunk | Sequence[Chunk]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"chunk {index} is outside the plan of {len(self)} chunks")
+        start = index * self.size
+        return Chunk(index, start, min(start + self.size, self.total))
+
+    def __iter__(self) -> Iterator[Chunk]:
+        return (self[i] for i in range(len(self)))
+
+
+def plan_chunks(config: GenerateConfig) -> ChunkPlan:
+    """The chunks of a run (config.py bounds their number, see MAX_CHUNKS)."""
+    return ChunkPlan(config.num_trajectories, config.chunk_size)
 
 
 def tune_gc() -> None:

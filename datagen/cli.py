@@ -1,20 +1,38 @@
-"""`datagen` command line: generate and inspect datasets.
+"""`datagen` command line: generate, check and inspect datasets.
 
     datagen generate --config FILE [--num-trajectories N] [--out DIR] [--address RAY_ADDRESS]
                      [--overwrite] [--set key.sub=value ...]
+    datagen verify DIR [--quick] [--repair]
     datagen inspect DIR [--samples K]
     datagen eval irr [--num-tasks N] [--seed S]
+
+Exit codes: 0 done; 1 the run or the check found work left or damage; 2 the input cannot be
+used (a config error, an OUT that is another run's, another config's, a file, not writable);
+130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
 
-from datagen.config import ConfigError, load_config, parse_override
+from datagen.config import ConfigError, fingerprint, load_config, parse_override
 from datagen.eval_irr import add_parser as add_eval_parser
 from datagen.eval_irr import run as run_eval
-from datagen.shards import OutputConflict
+from datagen.runlock import LockOwner, run_lock
+from datagen.shards import OutputConflict, OutputUnreadable
+
+# What a user can cause and fix: one line on stderr, exit code 2. Anything else is a bug and
+# keeps its traceback.
+USER_ERRORS = (ConfigError, OutputConflict, OutputUnreadable)
+
+
+class OutputUnusable(OutputConflict):
+    """The filesystem refused OUT (not writable, a parent is a file, disk full ...)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,6 +49,13 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--no-progress", dest="progress", action="store_false", default=None)
     gen.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="KEY=VALUE", help="override any config field, e.g. seed=3")
+    ver = commands.add_parser("verify", help="check every shard against the manifest and the "
+                              "chunk markers (exists, size, rows, Parquet footer, sha256)")
+    ver.add_argument("out", help="output directory of a run")
+    ver.add_argument("--quick", action="store_true",
+                     help="skip the sha256 (size, footer and rows only: what a resume checks)")
+    ver.add_argument("--repair", action="store_true", help="drop the damaged chunks, so that "
+                     "rerunning `datagen generate` with the same config regenerates them")
     ins = commands.add_parser("inspect", help="summarise a generated dataset")
     ins.add_argument("out", help="output directory of a run")
     ins.add_argument("--samples", type=int, default=2, help="trajectories to print")
@@ -39,16 +64,43 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """`--set` items, then the dedicated flags that were given (a flag left out leaves the
+    config's or `--set`'s value alone)."""
+    overrides = dict(parse_override(item) for item in args.overrides)
+    flags = {"num_trajectories": args.num_trajectories, "out": args.out,
+             "overwrite": args.overwrite, "progress": args.progress}
+    overrides.update({key: value for key, value in flags.items() if value is not None})
+    return overrides
+
+
 def _generate(args: argparse.Namespace) -> int:
     from datagen.pipeline import run_generation  # imports Ray: keep `--help` fast
 
-    overrides = dict(parse_override(item) for item in args.overrides)
-    overrides.update({"num_trajectories": args.num_trajectories, "out": args.out,
-                      "overwrite": args.overwrite, "progress": args.progress})
-    config = load_config(args.config, overrides)
-    summary = run_generation(config, address=args.address)
+    config = load_config(args.config, _overrides(args))
+    with _out_errors(config.out), run_lock(config.out, LockOwner.current(fingerprint(config))):
+        summary = run_generation(config, address=args.address)
     print(summary.format())
     return 0 if summary.complete else 1
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from datagen.verify import repair, verify_output
+
+    report = verify_output(args.out, checksum=not args.quick)
+    print(report.format())
+    if args.repair and report.problems:
+        with _out_errors(args.out), run_lock(args.out, LockOwner.current(report.fingerprint)):
+            dropped, removed = repair(args.out, report)
+        print(f"repair: dropped {len(dropped)} damaged chunk(s) "
+              f"({', '.join(map(str, dropped)) or 'none'}) and {removed} stray file(s); rerun "
+              "`datagen generate` with the same config to regenerate them")
+    return 0 if report.ok else 1
+
+
+def _eval(args: argparse.Namespace) -> int:
+    with _out_errors(args.json) if args.json else nullcontext():
+        return run_eval(args)
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -58,13 +110,28 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextmanager
+def _out_errors(out: str | Path) -> Iterator[None]:
+    """Turns an OSError about the output `out`, a path inside it or one of its parents into
+    OutputUnusable: the user's to fix, said in one line. OSErrors elsewhere stay bugs."""
+    out = Path(out).absolute()
+    try:
+        yield
+    except OSError as exc:
+        path = Path(str(exc.filename)).absolute() if exc.filename else None
+        if path is None or not (path == out or out in path.parents or path in out.parents):
+            raise
+        raise OutputUnusable(f"cannot use {out}: {exc.strerror} ({path})") from None
+
+
+COMMANDS = {"generate": _generate, "verify": _verify, "inspect": _inspect, "eval": _eval}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "eval":
-            return run_eval(args)
-        return _generate(args) if args.command == "generate" else _inspect(args)
-    except (ConfigError, OutputConflict, FileNotFoundError) as exc:
+        return COMMANDS[args.command](args)
+    except USER_ERRORS as exc:
         print(f"datagen: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -7,6 +7,7 @@ dotted path; `load_config` turns pydantic's errors into one readable message.
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +24,16 @@ class ConfigError(ValueError):
     """A config that cannot run; the message names the field and the allowed values."""
 
 
+# Bounds that keep a typo from becoming a run that cannot end or a plan that cannot fit:
+# 10^10 trajectories is 2,000x the production target (5M) and ~50 TB of shards; a million
+# chunks is a million marker files, the most one directory listing handles comfortably.
+MAX_TRAJECTORIES = 10_000_000_000
+MAX_CHUNKS = 1_000_000
+MAX_SEED = 2**63 - 1  # seeds travel as int64 (Parquet `task_seed`, orjson)
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_NODES = 100_000  # YAML aliases can expand a small file into billions of values
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -30,14 +41,15 @@ class StrictModel(BaseModel):
 class EnvConfig(StrictModel):
     name: str = Field(description="registered environment name (sql, fs, enterprise) or "
                                   "`module.path:ClassName` for your own Environment subclass")
-    weight: float = Field(1.0, gt=0, description="relative share of tasks drawn from this env")
+    weight: float = Field(1.0, gt=0, allow_inf_nan=False,
+                          description="relative share of tasks drawn from this env (finite, > 0)")
 
     @field_validator("name")
     @classmethod
     def _known(cls, name: str) -> str:
         try:
             resolve_env(name)
-        except (KeyError, ImportError, AttributeError, TypeError, ValueError) as exc:
+        except Exception as exc:  # `module:Class` imports the user's module: any failure
             detail = "" if isinstance(exc, KeyError) else f" ({type(exc).__name__}: {exc})"
             raise ValueError(f"unknown environment {name!r}; allowed: "
                              f"{', '.join(available_envs())} or module.path:ClassName"
@@ -102,10 +114,12 @@ class GenerateConfig(StrictModel):
     """One generation run. Fields marked run-only do not change the data, so they are left out
     of the fingerprint that guards an output directory."""
 
-    out: str = Field("out/demo", description="output directory (run-only); on a multi-node "
-                     "cluster it must be a filesystem every node can write")
-    num_trajectories: int = Field(1000, ge=1, description="tasks to roll out")
-    seed: int = Field(0, ge=0, description="run seed: same seed and config -> same data")
+    out: str = Field("out/demo", min_length=1, description="output directory (run-only); on "
+                     "a multi-node cluster it must be a filesystem every node can write")
+    num_trajectories: int = Field(1000, ge=1, le=MAX_TRAJECTORIES,
+                                  description="tasks to roll out (at most 10^10)")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="run seed: same seed and config -> "
+                      "same data (0 .. 2^63-1)")
     chunk_size: int = Field(1000, ge=1, le=1_000_000, description="tasks per chunk; a chunk "
                             "is written as one shard per table and is the unit of resume. "
                             "Larger chunks amortise Ray overhead, smaller ones lose less on a kill")
@@ -126,15 +140,40 @@ class GenerateConfig(StrictModel):
                             "different config (run-only)")
     progress: bool = Field(True, description="show a progress bar (run-only)")
 
+    @field_validator("out")
+    @classmethod
+    def _a_path(cls, out: str) -> str:
+        if "\x00" in out:
+            raise ValueError("a path cannot contain a NUL character")
+        return out
+
     @field_validator("env_modules")
     @classmethod
     def _import(cls, modules: list[str]) -> list[str]:
         for module in modules:
             try:
                 import_modules([module])
-            except ImportError as exc:
-                raise ValueError(f"cannot import {module!r}: {exc}") from None
+            except Exception as exc:  # the user's module: any failure is a config error
+                detail = str(exc) if isinstance(exc, ImportError) else f"{type(exc).__name__}: {exc}"
+                raise ValueError(f"cannot import {module!r}: {detail}") from None
         return modules
+
+    @field_validator("envs")
+    @classmethod
+    def _weights_add_up(cls, envs: list[EnvConfig]) -> list[EnvConfig]:
+        if not math.isfinite(sum(env.weight for env in envs)):
+            raise ValueError("the weights add up to infinity; use relative shares such as 1, "
+                             "2, 0.5")
+        return envs
+
+    @model_validator(mode="after")
+    def _plan_fits(self) -> GenerateConfig:
+        chunks = -(-self.num_trajectories // self.chunk_size)
+        if chunks > MAX_CHUNKS:
+            raise ValueError(f"num_trajectories {self.num_trajectories:,} in chunks of "
+                             f"{self.chunk_size:,} is {chunks:,} chunks, over the limit of "
+                             f"{MAX_CHUNKS:,}; raise chunk_size")
+        return self
 
     @model_validator(mode="after")
     def _critic_model(self) -> GenerateConfig:
@@ -161,14 +200,39 @@ def fingerprint(config: GenerateConfig) -> str:
 
 
 def _format_errors(error: ValidationError, source: str) -> str:
-    lines = [f"invalid config ({source}):"]
+    """One line for one error (the common case), else a line per error."""
+    lines = []
     for item in error.errors():
         path = ".".join(str(part) for part in item["loc"]) or "(top level)"
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown field"
-        lines.append(f"  {path}: {message}")
-    return "\n".join(lines)
+        lines.append(f"{path}: {message}")
+    if len(lines) == 1:
+        return f"invalid config ({source}): {lines[0]}"
+    return "\n".join([f"invalid config ({source}):", *(f"  {line}" for line in lines)])
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line: PyYAML's own text spans several, with a caret picture."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+    return f"{problem}{where}"
+
+
+def _count_nodes(data: Any, limit: int) -> int:
+    """Values in `data` as pydantic would see them, aliases expanded; stops past `limit`."""
+    count, stack = 0, [data]
+    while stack and count <= limit:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
@@ -181,27 +245,51 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def parse_override(item: str) -> tuple[str, Any]:
-    """`key.sub=value` with the value read as YAML (so numbers, booleans and lists work)."""
+    """`key.sub=value` with the value read as YAML (so numbers, booleans, lists and null
+    work)."""
     key, sep, raw = item.partition("=")
-    if not sep or not key:
+    if not sep or not key.strip():
         raise ConfigError(f"override {item!r} must look like key=value")
-    return key.strip(), yaml.safe_load(raw)
+    try:
+        return key.strip(), yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {key.strip()}: not a YAML value: {_yaml_problem(exc)}"
+                          ) from None
+
+
+def _read_yaml(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config {path} is over {MAX_CONFIG_BYTES:,} bytes; a config is a "
+                          "few dozen lines")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
+                          f"offset {exc.start})") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {path} is not valid YAML: {_yaml_problem(exc)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path} must be a YAML mapping, got {type(data).__name__}")
+    return data
 
 
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> GenerateConfig:
-    """Read YAML (or start from defaults), apply dotted overrides, validate."""
-    data: dict[str, Any] = {}
+    """Read YAML (or start from defaults), apply dotted overrides (a None value sets the field
+    to null: leave out the keys you do not override), validate."""
+    data = _read_yaml(path) if path else {}
     source = str(path) if path else "defaults"
-    if path:
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read config {path}: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config {path} must be a YAML mapping, got {type(data).__name__}")
     for key, value in (overrides or {}).items():
-        if value is not None:
-            _set_dotted(data, key, value)
+        _set_dotted(data, key, value)
+    if _count_nodes(data, MAX_CONFIG_NODES) > MAX_CONFIG_NODES:
+        raise ConfigError(f"invalid config ({source}): over {MAX_CONFIG_NODES:,} values once "
+                          "YAML aliases are expanded")
     try:
         return GenerateConfig.model_validate(data)
     except ValidationError as exc:

@@ -1,20 +1,39 @@
-"""`datagen inspect DIR`: counts, per-environment stats and a few trajectories with their spans."""
+"""`datagen inspect DIR`: counts, per-environment stats and a few trajectories with their spans.
+
+It reads the shards `manifest.json` lists (not whatever matches `part-*.parquet`: an unfinished
+chunk's shard is not part of the dataset) after the cheap integrity check a resume makes, so a
+damaged OUT gets a message naming the shard instead of a Parquet reader's traceback.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import polars as pl
+
+from datagen.shards import OutputUnreadable, manifest_shards, read_manifest, shard_problem
 
 _SPAN_TEXT_LIMIT = 240
 
 
-def _manifest(root: Path) -> dict:
-    path = root / "manifest.json"
-    if not path.exists():
-        raise FileNotFoundError(f"{root} has no manifest.json: not a datagen output directory")
-    return orjson.loads(path.read_bytes())
+def _listed_shards(root: Path, manifest: dict) -> dict[str, list[Path]]:
+    """Table -> shard paths from the manifest, each checked for size, footer and rows."""
+    shards: dict[str, list[Path]] = {}
+    for table, infos in manifest_shards(manifest).items():
+        for info in infos:
+            if problem := shard_problem(root, info):
+                raise OutputUnreadable(f"{root / info.file} is damaged: {problem}; `datagen "
+                                       f"verify {root}` lists every damaged shard")
+            shards.setdefault(table, []).append(root / info.file)
+    return shards
+
+
+def _read(paths: list[Path], **kwargs) -> pl.DataFrame:
+    try:
+        return pl.read_parquet(paths, **kwargs)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise OutputUnreadable(f"cannot read {paths[0].parent}: {str(exc).splitlines()[0]}; "
+                               f"run `datagen verify {paths[0].parent.parent}`") from None
 
 
 def _per_env(df: pl.DataFrame) -> pl.DataFrame:
@@ -56,11 +75,10 @@ def format_trajectory(row: dict) -> str:
     return "\n".join(lines)
 
 
-def _negatives_section(root: Path, manifest: dict) -> list[str]:
-    shards = sorted((root / "negatives").glob("part-*.parquet"))
+def _negatives_section(shards: list[Path], manifest: dict) -> list[str]:
     if not shards:
         return []
-    negatives = pl.read_parquet(shards)
+    negatives = _read(shards)
     if negatives.height == 0:
         return ["", "negatives: none"]
     by_kind = (negatives.group_by("kind").agg(
@@ -79,18 +97,18 @@ def _negatives_section(root: Path, manifest: dict) -> list[str]:
         return ["", "negatives per kind:", str(by_kind), "", "subkinds:", str(subkinds)]
 
 
-def _critics_section(root: Path, samples: int, seed: int) -> list[str]:
+def _critics_section(shards: dict[str, list[Path]], samples: int, seed: int) -> list[str]:
     """Repairs per env and error kind, preference pairs per source and kind, sample repairs."""
     lines: list[str] = []
     with pl.Config(tbl_rows=40, tbl_hide_dataframe_shape=True):
-        repair_shards = sorted((root / "repairs").glob("part-*.parquet"))
-        repairs = pl.read_parquet(repair_shards) if repair_shards else None
+        repair_shards = shards.get("repairs", [])
+        repairs = _read(repair_shards) if repair_shards else None
         if repairs is not None and repairs.height:
             lines += ["", "repairs per env and error kind:",
                       str(repairs.group_by("env", "error_kind").len().sort("env", "error_kind"))]
-        pref_shards = sorted((root / "preferences").glob("part-*.parquet"))
+        pref_shards = shards.get("preferences", [])
         if pref_shards:
-            prefs = pl.read_parquet(pref_shards, columns=["source", "kind"])
+            prefs = _read(pref_shards, columns=["source", "kind"])
             lines += ["", "preferences per source and kind:",
                       str(prefs.group_by("source", "kind").len().sort("source", "kind"))]
     if repairs is not None and repairs.height and samples > 0:
@@ -102,19 +120,19 @@ def _critics_section(root: Path, samples: int, seed: int) -> list[str]:
 
 def inspect_dataset(out: str | Path, samples: int = 2, seed: int = 0) -> str:
     root = Path(out)
-    manifest = _manifest(root)
+    manifest = read_manifest(root)
     status = "complete" if manifest["complete"] else "INCOMPLETE"
     lines = [f"{root}: {status}, {manifest['chunks']['complete']}/{manifest['chunks']['total']} "
              f"chunks, fingerprint {manifest['fingerprint']}"]
     lines += [f"  {name}: {rows:,} rows" for name, rows in manifest["counts"].items()]
-    shards = sorted((root / "trajectories").glob("part-*.parquet"))
-    if not shards:
+    shards = _listed_shards(root, manifest)
+    if not shards.get("trajectories"):
         return "\n".join(lines + ["(no trajectory shards yet)"])
-    df = pl.read_parquet(shards)
+    df = _read(shards["trajectories"])
     with pl.Config(tbl_rows=50, tbl_cols=20, tbl_hide_dataframe_shape=True):
         lines += ["", "per environment:", str(_per_env(df)), "", "spans:", str(_span_stats(df))]
-    lines += _negatives_section(root, manifest)
-    lines += _critics_section(root, samples, seed)
+    lines += _negatives_section(shards.get("negatives", []), manifest)
+    lines += _critics_section(shards, samples, seed)
     if samples > 0:
         lines += ["", f"{samples} sampled trajectories:"]
         for row in df.sample(n=min(samples, df.height), seed=seed).iter_rows(named=True):

@@ -4,17 +4,25 @@ Layout under OUT/:
     trajectories/part-000000.parquet ...   one shard per chunk per table (zstd level 1)
     _chunks/chunk-000000.json              written last: the chunk is complete
     _run.json                              fingerprint + config of the run that owns OUT
+    _run.lock                              while a run holds OUT: its owner (datagen/runlock.py)
     manifest.json, README.md               written at the end of every run
 
 A shard is written under `_tmp/` and renamed into place; the chunk marker is renamed into place
 only after all of the chunk's shards are. So a killed run leaves complete chunks plus debris in
 `_tmp/` (cleared on the next start), and the rerun regenerates exactly the chunks without a
 marker, overwriting any shard a half-finished chunk left behind.
+
+Resume trusts a marker only after a cheap check of what it lists (each shard exists, has the
+recorded size, a Parquet footer and the recorded row count): a chunk that fails it (a truncated
+or deleted shard, an unreadable marker) loses its marker and shards and is generated again.
+`datagen verify` adds the sha256 of every byte (datagen/verify.py; the costs are in README.md).
+OUT is datagen's when it holds a readable `_run.json`; nothing else is ever deleted.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import uuid
@@ -28,12 +36,24 @@ import pyarrow.parquet as pq
 
 from datagen.rows import SCHEMA_VERSION
 
+log = logging.getLogger(__name__)
+
 TABLES = ("trajectories", "negatives", "repairs", "preferences")
 ZSTD_LEVEL = 1
+RUN_FILE = "_run.json"
+LOCK_FILE = "_run.lock"  # datagen/runlock.py; present only while a run holds OUT (or crashed)
+# What clear() may delete in an OUT whose _run.json says datagen wrote it; nothing else.
+_DATAGEN_FILES = ("_run.json", "manifest.json", "README.md")
+_DATAGEN_DIRS = (*TABLES, "_tmp", "_chunks")
+_MANIFEST_KEYS = {"schema_version", "fingerprint", "complete", "chunks", "counts", "shards"}
 
 
 class OutputConflict(RuntimeError):
-    """OUT holds data from a different config and the user did not ask to overwrite it."""
+    """OUT cannot be used for this run: another config's data, not datagen's, in use."""
+
+
+class OutputUnreadable(RuntimeError):
+    """OUT is not a readable datagen dataset: no or a corrupt manifest, damaged shards."""
 
 
 @dataclass
@@ -57,9 +77,100 @@ class ChunkRecord:
 
     @classmethod
     def from_json(cls, data: bytes) -> "ChunkRecord":
-        raw = orjson.loads(data)
-        shards = {name: ShardInfo(**info) for name, info in raw["shards"].items()}
-        return cls(chunk=raw["chunk"], shards=shards, stats=raw.get("stats", {}))
+        """Parse a marker; ValueError (with the reason) for anything that is not one."""
+        try:
+            raw = orjson.loads(data)
+            shards = {str(name): ShardInfo(**info) for name, info in raw["shards"].items()}
+            return cls(chunk=int(raw["chunk"]), shards=shards, stats=dict(raw.get("stats", {})))
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ValueError(f"not a chunk marker ({type(exc).__name__}: {exc})") from None
+
+
+def shard_problem(root: Path, info: ShardInfo, checksum: bool = False) -> str | None:
+    """Why the shard `info` describes is not intact, or None. Without `checksum`: it exists
+    inside `root`, has the recorded size, a Parquet footer and the recorded rows (a stat and
+    a footer read, whatever the shard's size); with it, also the recorded sha256 (reads every
+    byte). A truncated shard fails the size check, so resume needs no checksum to catch it."""
+    path = root / info.file
+    if not path.resolve().is_relative_to(root.resolve()):
+        return f"recorded path {info.file!r} is outside the output directory"
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if size != info.bytes:
+        return f"{size:,} bytes, recorded {info.bytes:,} (truncated or rewritten)"
+    try:
+        rows = pq.read_metadata(path).num_rows
+    except (OSError, pa.ArrowException) as exc:
+        return f"not a readable Parquet file ({str(exc).splitlines()[0][:160]})"
+    if rows != info.rows:
+        return f"{rows:,} rows, recorded {info.rows:,}"
+    if checksum and file_sha256(path) != info.sha256:
+        return "sha256 differs from the recorded one (bytes changed in place)"
+    return None
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """OUT/manifest.json, or OutputUnreadable saying why it is not a datagen dataset."""
+    path = root / "manifest.json"
+    try:
+        manifest = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise OutputUnreadable(f"{root} has no manifest.json: not a datagen output directory "
+                               "(or its first run has not finished a chunk yet)") from None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise OutputUnreadable(f"{path} is unreadable ({exc}); rerun `datagen generate` with "
+                               "the same config to rewrite it") from None
+    missing = _MANIFEST_KEYS - set(manifest) if isinstance(manifest, dict) else _MANIFEST_KEYS
+    if missing or not isinstance(manifest["shards"], dict):
+        raise OutputUnreadable(f"{path} is not a datagen manifest (missing or malformed: "
+                               f"{', '.join(sorted(missing)) or 'shards'})")
+    return manifest
+
+
+def manifest_shards(manifest: dict[str, Any]) -> dict[str, list[ShardInfo]]:
+    """Table -> the shards a manifest (from `read_manifest`) lists."""
+    try:
+        return {table: [ShardInfo(**item) for item in items]
+                for table, items in manifest["shards"].items()}
+    except (TypeError, AttributeError) as exc:
+        raise OutputUnreadable(f"manifest.json lists a shard it does not describe ({exc})"
+                               ) from None
+
+
+@dataclass(frozen=True)
+class DroppedChunk:
+    """A chunk that was complete but failed its check on resume; it is generated again."""
+
+    chunk: int
+    reason: str
+
+
+def _conflict(previous: dict[str, Any], fingerprint: str) -> str | None:
+    """Why OUT's previous run cannot be resumed by this config, or None."""
+    if previous.get("schema_version") != SCHEMA_VERSION:
+        return (f"holds shards of schema version {previous.get('schema_version')}; this "
+                f"datagen writes version {SCHEMA_VERSION} and will not mix them in one dataset")
+    if previous.get("fingerprint") != fingerprint:
+        return (f"holds data generated with a different config (fingerprint "
+                f"{previous.get('fingerprint')}, this config {fingerprint})")
+    return None
+
+
+def _leftover(entry: Path) -> bool:
+    """What a directory may hold and still count as empty: the run lock, and datagen's
+    bookkeeping folders when empty (a user's own `_tmp/` with files in it is not debris)."""
+    if entry.name == LOCK_FILE:
+        return True
+    return entry.name in ("_tmp", "_chunks") and entry.is_dir() and not any(entry.iterdir())
 
 
 def _write_atomic(path: Path, data: bytes, tmp_dir: Path) -> None:
@@ -79,7 +190,7 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
 class ShardStore:
     """Reads and writes one output directory. Workers use `write_chunk`; the driver uses
-    `claim` before the run and `write_manifest` after it."""
+    `claim` before the run (under the run lock) and `write_manifest` after it."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -94,41 +205,72 @@ class ShardStore:
 
     # driver side --------------------------------------------------------------------------
 
-    def claim(self, fingerprint: str, config: dict[str, Any], overwrite: bool) -> None:
-        """Make OUT ours: refuse data of another config unless `overwrite`, clear debris."""
-        run_file = self.root / "_run.json"
-        if run_file.exists():
-            previous = orjson.loads(run_file.read_bytes())
-            if previous.get("schema_version") != SCHEMA_VERSION:
-                if not overwrite:
-                    raise OutputConflict(
-                        f"{self.root} holds shards of schema version "
-                        f"{previous.get('schema_version')}; this datagen writes version "
-                        f"{SCHEMA_VERSION} and will not mix them in one dataset. Use another "
-                        "--out, or pass --overwrite to delete it and start again.")
-                self.clear()
-            elif previous.get("fingerprint") != fingerprint:
-                if not overwrite:
-                    raise OutputConflict(
-                        f"{self.root} holds data generated with a different config "
-                        f"(fingerprint {previous.get('fingerprint')}, this config {fingerprint}). "
-                        "Use another --out, or pass --overwrite to delete it and start again.")
-                self.clear()
-        elif self.root.exists() and any(self.root.iterdir()) and not overwrite:
-            raise OutputConflict(f"{self.root} is not empty and was not written by datagen; "
-                                 "use another --out or pass --overwrite")
-        elif overwrite:
+    def claim(self, fingerprint: str, config: dict[str, Any],
+              overwrite: bool) -> list[DroppedChunk]:
+        """Make OUT ours before a run: refuse a file, a directory datagen did not write (with
+        `overwrite` too: it deletes only what datagen wrote) and data of another config or
+        schema version unless `overwrite`; clear debris; drop damaged chunks so that the run
+        regenerates them. Returns the dropped chunks. Call it under the run lock
+        (datagen/runlock.py): two runs that pass these checks together would mix configs."""
+        if self.root.exists() and not self.root.is_dir():
+            raise OutputConflict(f"{self.root} is a file, not a directory; choose another --out")
+        previous = self._previous_run()
+        if previous is None:
+            self._refuse_foreign()
+        elif conflict := _conflict(previous, fingerprint):
+            if not overwrite:
+                raise OutputConflict(f"{self.root} {conflict}. Use another --out, or pass "
+                                     "--overwrite to delete it and start again.")
             self.clear()
-        for folder in (self.root, self.tmp, self.markers):
-            folder.mkdir(parents=True, exist_ok=True)
+        # _run.json before anything else: a directory with datagen's folders and no _run.json
+        # is never one this code left behind (and is refused as not datagen's).
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir(exist_ok=True)
         self.clear_tmp()
         payload = {"fingerprint": fingerprint, "schema_version": SCHEMA_VERSION, "config": config}
-        _write_atomic(run_file, orjson.dumps(payload, option=orjson.OPT_INDENT_2), self.tmp)
+        _write_atomic(self.root / RUN_FILE, orjson.dumps(payload, option=orjson.OPT_INDENT_2),
+                      self.tmp)
+        self.markers.mkdir(exist_ok=True)
+        return self.drop_damaged()
+
+    def _previous_run(self) -> dict[str, Any] | None:
+        """The owner record of OUT, None when there is none. One that cannot be read is
+        refused: datagen cannot tell which config (or whether datagen) wrote OUT."""
+        run_file = self.root / RUN_FILE
+        try:
+            data = run_file.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            previous = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            previous, reason = None, f"JSONDecodeError: {exc}"
+        else:
+            reason = "no fingerprint"
+        if not isinstance(previous, dict) or "fingerprint" not in previous:
+            raise OutputConflict(f"{run_file} is not a readable datagen run record ({reason}): "
+                                 f"which config wrote {self.root} is unknown, so it is neither "
+                                 "resumed nor overwritten; use another --out or delete it "
+                                 "yourself")
+        return previous
+
+    def _refuse_foreign(self) -> None:
+        if not self.root.exists():
+            return
+        foreign = sorted(entry.name for entry in self.root.iterdir() if not _leftover(entry))
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more"
+                                              if len(foreign) > 3 else "")
+            raise OutputConflict(
+                f"{self.root} is not empty ({shown}) and was not written by datagen (it has no "
+                f"{RUN_FILE}); datagen deletes only what it wrote, with --overwrite too: use "
+                "another --out, or empty it yourself")
 
     def clear(self) -> None:
-        for name in (*TABLES, "_tmp", "_chunks"):
+        """Delete what datagen writes in OUT (never called on a directory it did not write)."""
+        for name in _DATAGEN_DIRS:
             shutil.rmtree(self.root / name, ignore_errors=True)
-        for name in ("_run.json", "manifest.json", "README.md"):
+        for name in _DATAGEN_FILES:
             (self.root / name).unlink(missing_ok=True)
 
     def clear_tmp(self) -> None:
@@ -138,9 +280,55 @@ class ShardStore:
     def is_complete(self, chunk: int) -> bool:
         return self.marker_path(chunk).exists()
 
+    def chunk_problem(self, chunk: int) -> str | None:
+        """Why the complete chunk `chunk` cannot be trusted (unreadable marker, a shard that
+        fails `shard_problem` without checksum), or None."""
+        try:
+            record = ChunkRecord.from_json(self.marker_path(chunk).read_bytes())
+        except (OSError, ValueError) as exc:
+            return f"marker unreadable: {exc}"
+        if record.chunk != chunk:
+            return f"marker records chunk {record.chunk}"
+        for info in record.shards.values():
+            if problem := shard_problem(self.root, info):
+                return f"{info.file}: {problem}"
+        return None
+
+    def drop_damaged(self) -> list[DroppedChunk]:
+        """Drop every complete chunk that fails `chunk_problem`: the run regenerates it."""
+        dropped = []
+        for chunk in self.marked_chunks():
+            if reason := self.chunk_problem(chunk):
+                self.drop_chunk(chunk)
+                log.warning("chunk %d is damaged and will be generated again: %s", chunk, reason)
+                dropped.append(DroppedChunk(chunk, reason))
+        return dropped
+
+    def drop_chunk(self, chunk: int) -> None:
+        """Forget a chunk: its marker first (a kill part way leaves an incomplete chunk, never
+        a complete one with shards missing), then its shard in every table."""
+        self.marker_path(chunk).unlink(missing_ok=True)
+        for table in TABLES:
+            self.shard_path(table, chunk).unlink(missing_ok=True)
+
+    def marked_chunks(self) -> list[int]:
+        chunks = []
+        for path in self.markers.glob("chunk-*.json"):
+            digits = path.stem.removeprefix("chunk-")
+            if digits.isdigit():
+                chunks.append(int(digits))
+        return sorted(chunks)
+
     def records(self) -> list[ChunkRecord]:
-        return [ChunkRecord.from_json(path.read_bytes())
-                for path in sorted(self.markers.glob("chunk-*.json"))]
+        """Records of the complete chunks. An unreadable marker is skipped (its chunk counts
+        as incomplete, and the next run's `claim` drops and redoes it)."""
+        records = []
+        for chunk in self.marked_chunks():
+            try:
+                records.append(ChunkRecord.from_json(self.marker_path(chunk).read_bytes()))
+            except (OSError, ValueError) as exc:
+                log.warning("chunk %d: marker unreadable, counted as incomplete: %s", chunk, exc)
+        return records
 
     # worker side --------------------------------------------------------------------------
 

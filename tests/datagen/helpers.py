@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 from datagen.chat import render_trajectory
 from datagen.config import GenerateConfig
 from datagen.chunk import task_source
@@ -21,3 +27,25 @@ def oracle_trajectories(count: int, envs=BUILTIN_ENVS, seed: int = 0) -> list[Tr
 
 def oracle_texts(count: int) -> list[str]:
     return [render_trajectory(traj)[0] for traj in oracle_trajectories(count)]
+
+
+_HOLD_LOCK = textwrap.dedent("""
+    import sys, time
+    from datagen.runlock import FileRunLock, LockOwner
+    FileRunLock(sys.argv[1], LockOwner.current(sys.argv[2])).acquire()
+    print("locked", flush=True)
+    time.sleep(120)
+""")
+
+
+def start_lock_holder(out: Path, fingerprint: str, *tag: str) -> subprocess.Popen:
+    """Another process that holds the run lock on `out` (until killed), as a running
+    `datagen generate` would; returns once it holds it. `tag` lands in its command line."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(out), fingerprint, *tag],
+                            cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                            stdout=subprocess.PIPE, text=True)
+    if proc.stdout.readline().strip() != "locked":
+        proc.kill()
+        raise RuntimeError("the lock holder did not start")
+    return proc

@@ -1,5 +1,6 @@
 """The CLI as users run it: generate, a SIGKILL part way and resume, refusal of a different
-config, `datagen inspect`, and `ray job submit` against a Ray head."""
+config, two runs into one OUT, a damaged shard regenerated, `datagen inspect`, and
+`ray job submit` against a Ray head."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+from datagen.cli import main
 from tests.conftest import RAY_BIN, ROOT
 
 pytestmark = pytest.mark.slow
@@ -96,3 +99,54 @@ def test_ray_job_submit_runs_the_same_entry_point(ray_head, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "succeeded" in result.stdout
     assert pl.read_parquet(out / "trajectories" / "*.parquet").height == 200
+
+
+def test_set_reaches_the_fields_that_have_flags_too(ray_head, tmp_path, capsys):
+    out = tmp_path / "elsewhere"
+    rc = main(["generate", "--config", "configs/demo.yaml", "--set", f"out={out}",
+               "--set", "num_trajectories=10", "--set", "chunk_size=5", "--set", "progress=false"])
+    assert rc == 0, capsys.readouterr().err
+    assert pl.read_parquet(out / "trajectories" / "*.parquet").height == 10
+    assert "it/s" not in capsys.readouterr().err  # progress=false reached the run
+
+
+def test_a_truncated_shard_is_regenerated_bit_for_bit(ray_head, tmp_path, capsys, caplog):
+    out = tmp_path / "out"
+    args = ["generate", "--out", str(out), "--num-trajectories", "300", "--set", "chunk_size=100",
+            "--no-progress"]
+    assert main(args) == 0
+    shard = out / "trajectories" / "part-000001.parquet"
+    original = orjson.loads((out / "manifest.json").read_bytes())["shards"]
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])  # truncate -s 50%
+    assert main(["verify", str(out)]) == 1
+    capsys.readouterr()
+
+    assert main(args) == 0
+    assert "this run: 100 trajectories" in capsys.readouterr().out  # the damaged chunk only
+    assert "chunk 1 is damaged" in caplog.text and "part-000001.parquet" in caplog.text
+    assert "(truncated or rewritten)" in caplog.text
+    assert orjson.loads((out / "manifest.json").read_bytes())["shards"] == original
+    assert main(["verify", str(out)]) == 0
+    assert pl.read_parquet(out / "trajectories" / "*.parquet")["id"].n_unique() == 300
+
+
+def test_a_second_run_into_a_running_out_is_refused_even_with_overwrite(ray_head, tmp_path):
+    """Without the run lock the second run cleared OUT and both wrote into it: one dataset of
+    two seeds that a later rerun called complete."""
+    out = tmp_path / "out"
+    args = ["generate", "--config", "configs/demo.yaml", "--out", str(out), "--set",
+            "chunk_size=100", "--address", ray_head.address, "--no-progress"]
+    first = subprocess.Popen([sys.executable, "-m", "datagen", *args, "--num-trajectories",
+                              "3000"], cwd=ROOT, env=ray_head.env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while _markers(out) < 1 and time.time() < deadline and first.poll() is None:
+        time.sleep(0.01)
+    second = _datagen(ray_head, *args, "--num-trajectories", "3000", "--set", "seed=1",
+                      "--overwrite")
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    assert second.returncode == 2, second.stderr
+    assert f"is in use by another datagen run (pid {first.pid} on " in second.stderr
+    assert "Traceback" not in second.stderr
+    task_ids = pl.read_parquet(out / "trajectories" / "*.parquet")["task_id"]
+    assert task_ids.len() == 3000 and task_ids.str.contains("-0-").all()  # seed 0 only

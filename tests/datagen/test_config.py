@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from datagen.config import ConfigError, GenerateConfig, fingerprint, load_config, parse_override
@@ -28,6 +30,30 @@ def test_demo_config_loads():
     ("teacher:\n  backend: gpt\n", ["teacher.backend:", "'oracle'"]),
     ("env_modules: [no.such.module]\n", ["env_modules:", "cannot import 'no.such.module'"]),
     ("- just a list\n", ["must be a YAML mapping"]),
+    # bounds (issue 12): each used to pass and fail later with a MemoryError or a traceback
+    ("num_trajectories: 1000000000000\n", ["num_trajectories:", "less than or equal to "
+                                           "10000000000"]),
+    ("num_trajectories: 10000000000\nchunk_size: 1\n", ["10,000,000,000 in chunks of 1 is",
+                                                        "over the limit of 1,000,000",
+                                                        "raise chunk_size"]),
+    ("seed: 100000000000000000000000000000\n", ["seed:", "less than or equal to "
+                                                "9223372036854775807"]),
+    ("seed: -1\n", ["seed:", "greater than or equal to 0"]),
+    ("envs:\n  - name: sql\n    weight: .inf\n", ["envs.0.weight:", "finite number"]),
+    ("envs:\n  - name: sql\n    weight: .nan\n", ["envs.0.weight:", "finite number"]),
+    ("envs:\n  - name: sql\n    weight: 0\n", ["envs.0.weight:", "greater than 0"]),
+    ("envs:\n  - {name: sql, weight: 1e308}\n  - {name: fs, weight: 1e308}\n",
+     ["envs:", "add up to infinity"]),
+    ("env_modules: ['.foo']\n", ["env_modules:", "cannot import '.foo'", "TypeError"]),
+    ("envs:\n  - name: .foo:Bar\n", ["envs.0.name:", "unknown environment '.foo:Bar'"]),
+    ("out: ''\n", ["out:", "at least 1 character"]),
+    ("seed: [1\n", ["not valid YAML", "line 2"]),
+    ("seed: !!python/object/apply:os.system [echo hi]\n", ["not valid YAML",
+                                                          "could not determine a constructor"]),
+    # 10 aliases of 10 aliases ... : a 1 KB file that expands to 10^8 values
+    ("a: &a [0,0,0,0,0,0,0,0,0,0]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n"
+        for i in range(7)), ["over 100,000 values once YAML aliases are expanded"]),
 ])
 def test_bad_configs_name_the_field(tmp_path, text, expected):
     with pytest.raises(ConfigError) as info:
@@ -47,10 +73,47 @@ def test_user_environment_by_module_and_by_path(tmp_path):
 def test_overrides_and_fingerprint(tmp_path):
     path = _write(tmp_path, "num_trajectories: 10\n")
     key, value = parse_override("teacher.name=oracle-v2")
-    config = load_config(path, {key: value, "seed": 4, "out": None})
+    config = load_config(path, {key: value, "seed": 4})
     assert config.teacher.name == "oracle-v2" and config.seed == 4
+    # an override of null is applied (None used to mean "not given" and was dropped)
+    with_tokenizer = _write(tmp_path, "tokenizer: some/dir\n")
+    assert load_config(with_tokenizer, dict([parse_override("tokenizer=null")])).tokenizer is None
+    with pytest.raises(ConfigError, match="out: Input should be a valid string"):
+        load_config(path, {"out": None})
     base = GenerateConfig(num_trajectories=10)
     assert fingerprint(base) == fingerprint(base.model_copy(update={"out": "x", "num_workers": 3}))
     assert fingerprint(base) != fingerprint(GenerateConfig(num_trajectories=10, seed=1))
     with pytest.raises(ConfigError, match="key=value"):
         parse_override("seed")
+
+
+def test_one_error_is_one_line(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load_config(_write(tmp_path, "seed: -1\n"))
+    assert "\n" not in str(info.value) and "seed:" in str(info.value)
+
+
+def test_a_config_that_is_not_utf8_names_the_byte(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("teacher:\n  name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"not UTF-8 text \(byte 0xe9 at offset 20\)"):
+        load_config(path)
+
+
+def test_an_oversized_config_is_refused_before_parsing(tmp_path):
+    path = tmp_path / "huge.yaml"
+    path.write_text("# padding\n" * 200_000)
+    with pytest.raises(ConfigError, match="is over 1,048,576 bytes"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("item, expected", [
+    ("seed=[1", "override seed: not a YAML value: expected ',' or ']'"),
+    ("seed=!!python/object/apply:os.system [id]", "could not determine a constructor"),
+    ("seed={a: 1", "override seed: not a YAML value"),
+    ("=3", "must look like key=value"),
+])
+def test_malformed_overrides_name_the_key(item, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)) as info:
+        parse_override(item)
+    assert "\n" not in str(info.value)

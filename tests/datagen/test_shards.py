@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datagen.rows import SCHEMA_VERSION
-from datagen.shards import OutputConflict, ShardStore
+from datagen.shards import OutputConflict, ShardInfo, ShardStore, shard_problem
 
 
 def _table(n: int) -> pa.Table:
@@ -75,3 +75,89 @@ def test_debris_of_a_killed_run_is_cleared(tmp_path):
     (tmp_path / "out" / "_tmp" / "part-000001.parquet.deadbeef").write_bytes(b"half")
     store.claim("fp", {}, overwrite=False)
     assert list((tmp_path / "out" / "_tmp").iterdir()) == []
+
+
+def _resumable_out(tmp_path, chunks: int = 3) -> ShardStore:
+    store = ShardStore(tmp_path / "out")
+    store.claim("fp", {}, overwrite=False)
+    for chunk in range(chunks):
+        store.write_chunk(chunk, {"trajectories": _table(50), "negatives": _table(7)}, {})
+    return store
+
+
+def test_overwrite_never_deletes_a_directory_datagen_did_not_write(tmp_path):
+    out = tmp_path / "out"
+    (out / "trajectories").mkdir(parents=True)
+    mine = {out / "README.md": "my notes", out / "manifest.json": "{}",
+            out / "trajectories" / "part-000000.parquet": "my data"}
+    for path, text in mine.items():
+        path.write_text(text)
+    with pytest.raises(OutputConflict, match=r"not empty \(README.md, manifest.json, "
+                                             r"trajectories\).*with --overwrite too"):
+        ShardStore(out).claim("fp", {}, overwrite=True)
+    assert all(path.read_text() == text for path, text in mine.items())
+
+
+def test_an_out_that_is_a_file_or_has_an_unreadable_run_record_is_refused(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputConflict, match="is a file, not a directory"):
+        ShardStore(tmp_path / "file").claim("fp", {}, overwrite=False)
+    store = _resumable_out(tmp_path)
+    (tmp_path / "out" / "_run.json").write_bytes(b'{"fingerprint": "fp", "sch')
+    for overwrite in (False, True):
+        with pytest.raises(OutputConflict, match="_run.json is not a readable datagen run record "
+                                                 r"\(JSONDecodeError"):
+            store.claim("fp", {}, overwrite=overwrite)
+    assert store.is_complete(0)
+
+
+def test_leftovers_of_a_lock_and_empty_bookkeeping_count_as_empty(tmp_path):
+    out = tmp_path / "out"
+    (out / "_tmp").mkdir(parents=True)
+    (out / "_run.lock").write_text("")
+    assert ShardStore(out).claim("fp", {}, overwrite=False) == []
+    assert (out / "_run.json").exists()
+
+
+def test_resume_drops_a_truncated_shard_and_its_chunk(tmp_path):
+    store = _resumable_out(tmp_path)
+    shard = store.shard_path("trajectories", 1)
+    size = shard.stat().st_size
+    with open(shard, "r+b") as handle:  # truncate -s 50%
+        handle.truncate(size // 2)
+    dropped = store.claim("fp", {}, overwrite=False)
+    assert [d.chunk for d in dropped] == [1]
+    assert "trajectories/part-000001.parquet" in dropped[0].reason
+    assert f"{size // 2:,} bytes, recorded {size:,} (truncated" in dropped[0].reason
+    assert not store.is_complete(1) and not shard.exists()
+    assert not store.shard_path("negatives", 1).exists()  # the whole chunk is redone
+    assert store.is_complete(0) and store.is_complete(2)
+    assert [r.chunk for r in store.records()] == [0, 2]
+
+
+@pytest.mark.parametrize("damage", ["delete", "rewrite_tail", "corrupt_marker", "foreign_marker"])
+def test_resume_drops_every_kind_of_damaged_chunk(tmp_path, damage):
+    store = _resumable_out(tmp_path)
+    shard, marker = store.shard_path("negatives", 2), store.marker_path(2)
+    if damage == "delete":
+        shard.unlink()
+    elif damage == "rewrite_tail":  # same size, footer gone
+        data = shard.read_bytes()
+        shard.write_bytes(data[:-8] + b"\0" * 8)
+    elif damage == "corrupt_marker":
+        marker.write_bytes(marker.read_bytes()[:20])
+    else:
+        marker.write_bytes(store.marker_path(0).read_bytes())
+    assert store.records() is not None  # never raises, whatever the markers hold
+    dropped = store.claim("fp", {}, overwrite=False)
+    assert [d.chunk for d in dropped] == [2], dropped
+    assert not store.is_complete(2) and store.is_complete(0) and store.is_complete(1)
+
+
+def test_a_recorded_path_outside_out_is_a_problem_not_a_read(tmp_path):
+    store = _resumable_out(tmp_path, chunks=1)
+    info = store.records()[0].shards["trajectories"]
+    outside = ShardInfo(file="../../etc/hostname", rows=info.rows, bytes=info.bytes,
+                        sha256=info.sha256)
+    assert "outside the output directory" in shard_problem(store.root, outside)
+    assert shard_problem(store.root, info, checksum=True) is None

@@ -1,0 +1,180 @@
+"""Input a user can get wrong ends in one clear line and exit code 2, never a traceback
+(issue 12). Each case runs the real CLI (`main([...])`, or a subprocess where permissions or
+another process are involved); none of them may reach Ray."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from datagen.cli import main
+from datagen.shards import ShardStore
+from tests.conftest import ROOT
+from tests.datagen.helpers import start_lock_holder
+
+
+@pytest.fixture(autouse=True)
+def no_ray(monkeypatch):
+    """Guard, not a fake: every case here must fail before a Ray cluster is contacted."""
+    import datagen.pipeline
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("reached Ray: the error was not caught before the run")
+
+    monkeypatch.setattr(datagen.pipeline, "init_ray", refuse)
+
+
+def _fails_clearly(capsys, argv: list[str], *fragments: str) -> str:
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith("datagen: ")
+    for fragment in fragments:
+        assert fragment in err, err
+    return err
+
+
+def _config(tmp_path: Path, text: str | bytes) -> str:
+    path = tmp_path / "config.yaml"
+    if isinstance(text, str):
+        text = text.encode()
+    path.write_bytes(text)
+    return str(path)
+
+
+def test_a_config_that_is_not_utf8(tmp_path, capsys):
+    config = _config(tmp_path, b"seed: 1\nteacher:\n  name: caf\xe9\n")
+    _fails_clearly(capsys, ["generate", "--config", config], "is not UTF-8 text", config)
+
+
+def test_a_relative_env_module(tmp_path, capsys):
+    config = _config(tmp_path, "env_modules: ['.foo']\n")
+    _fails_clearly(capsys, ["generate", "--config", config], "env_modules:",
+                   "cannot import '.foo'")
+
+
+@pytest.mark.parametrize("how", ["config", "set"])
+def test_a_seed_beyond_64_bits(tmp_path, capsys, how):
+    argv = ["generate", "--out", str(tmp_path / "out")]
+    if how == "config":
+        argv += ["--config", _config(tmp_path, f"seed: {10**29}\n")]
+    else:
+        argv += ["--set", f"seed={10**29}"]
+    _fails_clearly(capsys, argv, "seed:", "less than or equal to 9223372036854775807")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value, problem", [("[1", "expected ',' or ']'"),
+                                            ("!!python/object/apply:os.system [id]",
+                                             "could not determine a constructor")])
+def test_malformed_yaml_in_set(tmp_path, capsys, value, problem):
+    _fails_clearly(capsys, ["generate", "--set", f"teacher.name={value}"],
+                   "override teacher.name: not a YAML value", problem)
+
+
+def test_num_trajectories_beyond_the_bound(capsys):
+    _fails_clearly(capsys, ["generate", "--num-trajectories", str(10**12)],
+                   "num_trajectories:", "less than or equal to 10000000000")
+
+
+def test_an_out_that_is_a_file(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    _fails_clearly(capsys, ["generate", "--out", str(tmp_path / "file")],
+                   "is a file, not a directory")
+    _fails_clearly(capsys, ["generate", "--out", str(tmp_path / "file" / "out")],
+                   f"cannot use {tmp_path / 'file' / 'out'}: Not a directory")
+
+
+def test_a_corrupt_run_record(tmp_path, capsys):
+    store = ShardStore(tmp_path / "out")
+    store.claim("fp", {}, overwrite=False)
+    (tmp_path / "out" / "_run.json").write_bytes(b"{not json")
+    _fails_clearly(capsys, ["generate", "--out", str(tmp_path / "out")],
+                   "_run.json is not a readable datagen run record", "JSONDecodeError")
+
+
+def test_overwrite_of_a_directory_datagen_did_not_write(tmp_path, capsys):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "README.md").write_text("my notes")
+    _fails_clearly(capsys, ["generate", "--out", str(tmp_path / "mine"), "--overwrite"],
+                   "was not written by datagen", "README.md")
+    assert (tmp_path / "mine" / "README.md").read_text() == "my notes"
+
+
+def _unprivileged(tmp_path: Path) -> tuple[list[str], Path]:
+    """A command prefix that runs without permission overrides, and a directory it cannot
+    write. Root ignores file modes, so as root the capabilities that do so are dropped."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "existing").mkdir()
+    if os.geteuid() != 0:
+        locked.chmod(0o555)
+        (locked / "existing").chmod(0o555)
+        return [], locked
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: cannot drop CAP_DAC_OVERRIDE")
+    for path in (locked, locked / "existing"):
+        os.chown(path, 65534, 65534)
+        path.chmod(0o555)
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search"], locked
+
+
+@pytest.mark.parametrize("out", ["new/out", "existing"])
+def test_an_out_that_is_not_writable(tmp_path, out):
+    prefix, locked = _unprivileged(tmp_path)
+    command = [*prefix, sys.executable, "-m", "datagen", "generate", "--out", str(locked / out),
+               "--address", "127.0.0.1:9"]  # never reached: the lock is taken before Ray
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if prefix and "setpriv:" in result.stderr:
+        pytest.skip(f"setpriv cannot drop capabilities here: {result.stderr.strip()}")
+    assert result.returncode == 2, result.stderr
+    err = result.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert f"cannot use {locked / out}: Permission denied" in err, err
+
+
+def test_a_run_into_an_out_another_run_holds(tmp_path, capsys):
+    out = tmp_path / "out"
+    holder = start_lock_holder(out, "fp-running")
+    try:
+        _fails_clearly(capsys, ["generate", "--out", str(out), "--set", "seed=1"],
+                       "is in use by another datagen run", f"pid {holder.pid}",
+                       "fingerprint fp-running")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _damaged_out(tmp_path: Path) -> Path:
+    store = ShardStore(tmp_path / "out")
+    store.claim("fp", {}, overwrite=False)
+    records = [store.write_chunk(c, {"trajectories": pa.table({"id": ["a"] * 10})}, {})
+               for c in range(2)]
+    store.write_manifest("fp", {}, 2, records)
+    shard = store.shard_path("trajectories", 1)
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    return store.root
+
+
+def test_inspect_of_a_damaged_or_foreign_out(tmp_path, capsys):
+    out = _damaged_out(tmp_path)
+    _fails_clearly(capsys, ["inspect", str(out)], "part-000001.parquet is damaged",
+                   "truncated", "datagen verify")
+    (out / "manifest.json").write_text("{")
+    _fails_clearly(capsys, ["inspect", str(out)], "manifest.json is unreadable")
+    _fails_clearly(capsys, ["inspect", str(tmp_path)], "has no manifest.json")
+
+
+def test_an_eval_report_that_cannot_be_written(tmp_path, capsys):
+    target = tmp_path / "missing" / "irr.json"
+    _fails_clearly(capsys, ["eval", "irr", "--num-tasks", "3", "--json", str(target)],
+                   f"cannot use {target}: No such file or directory")

@@ -1,0 +1,105 @@
+"""`datagen verify OUT`: every shard against the manifest and the markers, a per-shard list of
+problems, exit 1 on any; `--repair` makes the next `generate` regenerate what is damaged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from datagen.cli import main
+from datagen.shards import ShardStore
+from datagen.verify import verify_output
+
+
+def _out(tmp_path: Path, chunks: int = 3, total: int | None = None) -> ShardStore:
+    """An OUT as a run leaves it: shards, markers, manifest (tables of one real column)."""
+    store = ShardStore(tmp_path / "out")
+    store.claim("fp", {}, overwrite=False)
+    for chunk in range(chunks):
+        ids = [f"{chunk}-{i}" for i in range(100)]
+        store.write_chunk(chunk, {"trajectories": pa.table({"id": ids}),
+                                  "negatives": pa.table({"id": ids[:30]})}, {})
+    store.write_manifest("fp", {}, total or chunks, store.records())
+    return store
+
+
+def _verify(capsys, *args: str) -> tuple[int, str]:
+    rc = main(["verify", *args])
+    return rc, capsys.readouterr().out
+
+
+def test_an_intact_out_passes(tmp_path, capsys):
+    store = _out(tmp_path)
+    rc, out = _verify(capsys, str(store.root))
+    assert rc == 0 and "6 shards of 3/3 chunks checked" in out and "sha256" in out
+    assert out.strip().endswith("result: intact and complete")
+
+
+def test_a_truncated_shard_is_listed_and_repair_makes_generate_redo_it(tmp_path, capsys):
+    store = _out(tmp_path)
+    shard = store.shard_path("trajectories", 1)
+    size = shard.stat().st_size
+    with open(shard, "r+b") as handle:
+        handle.truncate(size // 2)
+    for quick in ([], ["--quick"]):
+        rc, out = _verify(capsys, str(store.root), *quick)
+        assert rc == 1
+        assert (f"DAMAGED trajectories/part-000001.parquet: {size // 2:,} bytes, recorded "
+                f"{size:,}") in out
+        assert "1 damaged chunk(s)" in out
+    rc, out = _verify(capsys, str(store.root), "--repair")
+    assert rc == 1 and "repair: dropped 1 damaged chunk(s) (1) and 0 stray file(s)" in out
+    assert not store.is_complete(1) and not store.shard_path("negatives", 1).exists()
+    assert store.is_complete(0) and store.is_complete(2)
+
+
+def test_a_changed_byte_needs_the_checksum(tmp_path, capsys):
+    store = _out(tmp_path)
+    shard = store.shard_path("negatives", 2)
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 3] ^= 0xFF  # same size, footer intact
+    shard.write_bytes(bytes(data))
+    assert _verify(capsys, str(store.root), "--quick")[0] == 0  # what a resume checks
+    rc, out = _verify(capsys, str(store.root))
+    assert rc == 1 and "negatives/part-000002.parquet: sha256 differs" in out
+    assert store.claim("fp", {}, overwrite=False) == []  # resume alone does not notice ...
+    _verify(capsys, str(store.root), "--repair")
+    assert not store.is_complete(2)  # ... so --repair hands the chunk back to generate
+
+
+def test_strays_markers_and_manifest_that_disagree(tmp_path, capsys):
+    store = _out(tmp_path)
+    stray = store.shard_path("trajectories", 7)
+    stray.write_bytes(store.shard_path("trajectories", 0).read_bytes())
+    store.marker_path(0).write_bytes(b"{broken")
+    store.shard_path("negatives", 1).unlink()
+    report = verify_output(store.root)
+    found = {(p.file, p.stray) for p in report.problems}
+    assert ("trajectories/part-000007.parquet", True) in found
+    assert ("_chunks/chunk-000000.json", False) in found
+    assert ("negatives/part-000001.parquet", False) in found
+    assert report.damaged_chunks == [0, 1] and not report.ok
+    rc, out = _verify(capsys, str(store.root), "--repair")
+    assert rc == 1 and "STRAY trajectories/part-000007.parquet" in out
+    assert "dropped 2 damaged chunk(s) (0, 1) and 1 stray file(s)" in out
+    assert not stray.exists() and not store.is_complete(1)
+
+
+def test_an_incomplete_out_is_not_ok(tmp_path, capsys):
+    store = _out(tmp_path, chunks=2, total=5)
+    rc, out = _verify(capsys, str(store.root))
+    assert rc == 1 and "2/5 chunks" in out and "INCOMPLETE" in out
+
+
+@pytest.mark.parametrize("manifest", [None, b"{", b'{"shards": []}'])
+def test_no_dataset_is_a_clear_error(tmp_path, capsys, manifest):
+    store = _out(tmp_path)
+    path = store.root / "manifest.json"
+    path.unlink()
+    if manifest is not None:
+        path.write_bytes(manifest)
+    assert main(["verify", str(store.root)]) == 2
+    err = capsys.readouterr().err
+    assert "manifest.json" in err and len(err.strip().splitlines()) == 1
