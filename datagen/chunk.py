@@ -173,11 +173,15 @@ class ChunkProcessor:
         return trajectory_table(trajectories, rendered, tokens, named), [s for _, s in rendered]
 
     def process(self, chunk: Chunk) -> ChunkRecord:
-        started = time.perf_counter()
+        """One chunk end to end. `stats["stage_seconds"]` holds the worker's CPU seconds per
+        stage (the shard store adds "write"), so a run can say where its time went."""
+        started, clock = time.perf_counter(), StageClock()
         trajectories = self.rollout(chunk)
+        clock.lap("rollout")
         table, spans = self.trajectory_table(trajectories)
         tables = {"trajectories": table}
         stats = chunk_stats(trajectories, spans)
+        clock.lap("rows")
         stats["seconds_rollout"] = time.perf_counter() - started
         if self.negatives is not None:
             batch = self.negatives.run(trajectories, self.envs)
@@ -185,6 +189,7 @@ class ChunkProcessor:
             tables["preferences"] = pa.Table.from_pylist(batch.preferences,
                                                          schema=PREFERENCE_SCHEMA)
             stats["negatives"] = batch.stats()
+            clock.lap("negatives")
         if self.critics is not None:  # repairs + repair/safety pairs, appended to preferences
             critiqued = self.critics.run(trajectories, self.envs)
             tables["repairs"] = pa.Table.from_pylist(critiqued.repairs, schema=REPAIR_SCHEMA)
@@ -192,8 +197,23 @@ class ChunkProcessor:
             tables["preferences"] = (pa.concat_tables([tables["preferences"], pairs])
                                      if "preferences" in tables else pairs)
             stats["critics"] = critiqued.stats()
+            clock.lap("critics")
         stats["seconds"] = time.perf_counter() - started
+        stats["stage_seconds"] = clock.seconds
         return self.store.write_chunk(chunk.index, tables, stats)
+
+
+class StageClock:
+    """CPU seconds of this process per named stage, measured lap by lap."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.process_time()
+
+    def lap(self, stage: str) -> None:
+        now = time.process_time()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._last
+        self._last = now
 
 
 def chunk_stats(trajectories: list[Trajectory], spans: list[list[Span]]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from datagen.config import ConfigError, fingerprint, load_config, parse_override
+from datagen.config import ConfigError, load_config, parse_override
 from datagen.eval_irr import add_parser as add_eval_parser
 from datagen.eval_irr import run as run_eval
 from datagen.runlock import LockOwner, run_lock
@@ -78,7 +78,7 @@ def _generate(args: argparse.Namespace) -> int:
     from datagen.pipeline import run_generation  # imports Ray: keep `--help` fast
 
     config = load_config(args.config, _overrides(args))
-    with _out_errors(config.out), run_lock(config.out, LockOwner.current(fingerprint(config))):
+    with _out_errors(config.out):  # run_generation holds the run lock on OUT
         summary = run_generation(config, address=args.address)
     print(summary.format())
     return 0 if summary.complete else 1

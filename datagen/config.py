@@ -139,6 +139,30 @@ class GenerateConfig(StrictModel):
     overwrite: bool = Field(False, description="replace an output directory written with a "
                             "different config (run-only)")
     progress: bool = Field(True, description="show a progress bar (run-only)")
+    worker_start_timeout_s: float = Field(
+        300.0, gt=0, le=86_400, description="run-only: how long a chunk worker may wait to be "
+        "placed and started (runtime_env installs included) while no worker is ready; then it "
+        "is given up, and with none left the run fails naming the resources it waited for")
+    worker_setup_timeout_s: float = Field(
+        1800.0, gt=0, le=86_400, description="run-only: longest a worker may take to build its "
+        "processor (a model loads here)")
+    max_chunk_attempts: int = Field(
+        3, ge=1, le=20, description="run-only: a chunk lost with its worker this many times "
+        "fails (in the summary) instead of being re-queued")
+    max_worker_restarts: int = Field(
+        3, ge=0, le=100, description="run-only: replacements per worker slot after a worker dies")
+    worker_resources: dict[str, float] = Field(
+        default_factory=dict, description="run-only: custom Ray resources each chunk worker "
+        "asks for besides 1 CPU, e.g. {datagen: 1} to keep workers on nodes offering it")
+
+    @field_validator("worker_resources")
+    @classmethod
+    def _finite_resources(cls, resources: dict[str, float]) -> dict[str, float]:
+        bad = [name for name, amount in resources.items()
+               if not (math.isfinite(amount) and amount > 0)]
+        if bad:
+            raise ValueError(f"resource amounts must be finite and above 0: {', '.join(bad)}")
+        return resources
 
     @field_validator("out")
     @classmethod
@@ -190,7 +214,9 @@ class GenerateConfig(StrictModel):
         return self
 
 
-RUN_ONLY_FIELDS = {"out", "num_workers", "max_in_flight", "overwrite", "progress"}
+RUN_ONLY_FIELDS = {"out", "num_workers", "max_in_flight", "overwrite", "progress",
+                   "worker_start_timeout_s", "worker_setup_timeout_s", "max_chunk_attempts",
+                   "max_worker_restarts", "worker_resources"}
 
 
 def fingerprint(config: GenerateConfig) -> str:

@@ -33,6 +33,7 @@ from datagen.cluster import ClusterError, init_ray, job_working_dir
 from datagen.config import RUN_ONLY_FIELDS, GenerateConfig, fingerprint
 from datagen.dispatch import ChunkDispatch
 from datagen.preflight import OutProbe, resolve_paths
+from datagen.runlock import LockOwner, run_lock
 from datagen.shards import ChunkRecord, ShardStore
 from datagen.summary import RunSummary, negative_kind_stats, summarise
 from datagen.workers import LivenessPolicy, WorkerPool, short_error
@@ -144,8 +145,14 @@ def run_generation(config: GenerateConfig, address: str | None = None,
     policy = policy or LivenessPolicy.from_config(config)
     working_dir = job_working_dir()
     config = resolve_paths(config, keep_relative=working_dir is not None)
-    store = ShardStore(config.out)
     fp = fingerprint(config)
+    with run_lock(config.out, LockOwner.current(fp)):  # one run per OUT, held to the card
+        return _generate_locked(config, fp, address, policy, working_dir)
+
+
+def _generate_locked(config: GenerateConfig, fp: str, address: str | None,
+                     policy: LivenessPolicy, working_dir: str | None) -> RunSummary:
+    store = ShardStore(config.out)
     config_dump = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS)
     store.claim(fp, config_dump, config.overwrite)
     chunks = plan_chunks(config)

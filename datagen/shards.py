@@ -25,6 +25,7 @@ import hashlib
 import logging
 import os
 import shutil
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -336,6 +337,7 @@ class ShardStore:
                     stats: dict[str, Any]) -> ChunkRecord:
         """Write every table of a chunk, then its marker. Returns the marker's record."""
         self.tmp.mkdir(parents=True, exist_ok=True)
+        started = time.process_time()
         shards: dict[str, ShardInfo] = {}
         for name, table in tables.items():
             data = parquet_bytes(table)
@@ -344,6 +346,8 @@ class ShardStore:
             _write_atomic(path, data, self.tmp)
             shards[name] = ShardInfo(file=str(path.relative_to(self.root)), rows=table.num_rows,
                                      bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        if isinstance(stats.get("stage_seconds"), dict):
+            stats["stage_seconds"]["write"] = time.process_time() - started
         record = ChunkRecord(chunk=chunk, shards=shards, stats=stats)
         self.markers.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.marker_path(chunk), record.to_json(), self.tmp)

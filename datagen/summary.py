@@ -120,7 +120,7 @@ class RunSummary:
         lines.append(self._this_run())
         if self.stage_seconds:
             total = sum(self.stage_seconds.values())
-            lines.append(f"chunk time ({total:,.1f} worker-s): " + ", ".join(
+            lines.append(f"chunk CPU time ({total:,.1f} worker-s): " + ", ".join(
                 f"{stage} {seconds / total:.0%}" for stage, seconds in self.stage_seconds.items()))
         if self.requeued:
             lines.append(f"retried: {self.requeued} chunk(s) went back to the queue after their "

@@ -31,7 +31,7 @@ from datagen.shards import ChunkRecord
 @dataclass(frozen=True)
 class LivenessPolicy:
     """How long a run waits for its workers and how often it retries, so that it never waits
-    forever. Defaults come from the config fields of the same name when they exist."""
+    forever. Each field mirrors the run-only config field of the same name."""
 
     worker_start_timeout_s: float = 300.0  # placement + process start (runtime_env installs
     # included) while no worker is ready; a worker waiting longer than that is given up
@@ -43,9 +43,7 @@ class LivenessPolicy:
 
     @classmethod
     def from_config(cls, config: GenerateConfig) -> LivenessPolicy:
-        defaults = cls()
-        return cls(**{name: getattr(config, name, getattr(defaults, name))
-                      for name in cls.__dataclass_fields__})
+        return cls(**{name: getattr(config, name) for name in cls.__dataclass_fields__})
 
     @property
     def wanted(self) -> dict[str, float]:

@@ -93,4 +93,4 @@ def test_stage_shares_come_from_the_chunk_records():
     coarse = stage_seconds([record({"seconds_rollout": 1.0, "seconds": 4.0})])
     assert coarse == {"rollout+rows": 1.0, "negatives+critics": 3.0}
     text = _summary(stage_seconds={"rollout": 3.0, "write": 1.0}, generated=1).format()
-    assert "chunk time (4.0 worker-s): rollout 75%, write 25%" in text
+    assert "chunk CPU time (4.0 worker-s): rollout 75%, write 25%" in text
