@@ -4,8 +4,9 @@
     trainer.losses     SAD (span-level KD) and the token-KD / SFT baselines, chunked
     trainer.data       Ray Data stream from the Parquet shards (the only data contract)
     trainer.fit        `python -m trainer fit`: Ray Train TorchTrainer (DDP or DeepSpeed)
-    trainer.eval       `python -m trainer eval`: a checkpoint as an agent through datagen's hf
-                       teacher (trainer.agent_backend, trainer.generation)
+    trainer.eval       `python -m trainer eval`: a checkpoint on held-out tasks (trainer.heldout):
+                       step-level metrics (trainer.step_eval), episodes through datagen's hf
+                       teacher (trainer.agent_backend, trainer.generation), IRR
 
 Training reads the shards through the data contract only and never imports the generation
 side (datagen, mutators, critics); evaluation is where the two meet: it plays episodes with

@@ -6,7 +6,9 @@ and keeps everything around the model: the micro-batcher, the episode loop, the 
 `PolicyBackend` replaces only the decoding: each turn comes from `AgentPolicy`, which drives
 the modifications the batched decoder knows nothing about - the ACT embedding (code mode from
 the prompt's span labels, then the `<tool_call>` state machine), landmark retrieval over the
-KV cache, and the MCH hybrid mode. The turns it produced are kept for the MCH metrics.
+KV cache, and the hybrid mode (slow path on truncated, unparsable or invalid turns and on low
+MCH confidence; the request's tool specs decide validity). The turns it produced are kept
+for the hybrid-mode metrics.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class PolicyBackend(HFBackend):
         self.turns: list[Turn] = []
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "decoder": "policy", "mch_hybrid": self.policy.use_mch,
+        return {**super().describe(), "decoder": "policy", "hybrid": self.policy.config.hybrid,
+                "mch_hybrid": self.policy.use_mch,
                 "logprobs_mode": None}
 
     def generate_batch(self, requests: list[TurnRequest]) -> list[Generation]:
@@ -50,7 +53,7 @@ class PolicyBackend(HFBackend):
 
     def _generate(self, request: TurnRequest) -> Generation:
         turn = self.policy.act_on_tokens(request.prompt_ids, request.prompt_span_ids,
-                                         request.max_tokens)
+                                         request.max_tokens, request.tools)
         self.turns.append(turn)
         closed = bool(turn.ids) and turn.ids[-1] == self.im_end_id
         return Generation(text=turn_text(self.tokenizer, turn.ids), token_ids=turn.ids,

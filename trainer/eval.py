@@ -1,23 +1,26 @@
-"""`python -m trainer eval`: run a checkpoint as an agent in datagen's environments and report
-how it does.
+"""`python -m trainer eval`: a checkpoint on held-out tasks, in one JSON report.
 
-The episodes go through datagen's `hf` teacher (`datagen.teachers.episode`), so the agent is
-evaluated exactly as the data was made: the same chat template and token trace as the shards,
-the never-raising parser, the strict JSON-Schema check (`mutators.validate`), the
-environments and their checkers, deterministic tasks from the seed. Two decoders:
+Tasks come from the held-out space (`trainer.heldout`: seeds and ids no generation run can
+produce, `--eval-seed` picks a disjoint family within it) and, with `--shards OUT`, are checked
+against the training shards (a shared id or seed is refused; a shared instruction is dropped
+and replaced). The report holds `tasks` (count, per env, first/last id, a hash of the ids, the
+leak check) and up to three sections:
 
-- `policy` (default): `trainer.generation.AgentPolicy` behind `PolicyBackend` - the model's
-  modifications active (split embeddings, landmark retrieval, MCH hybrid mode);
-- `batched`: datagen's `HFBackend` as is - live episodes decoded together in left-padded
-  batches; for checkpoints whose decoding is plain Qwen2 (refused otherwise).
-
-Metrics:
-- success rate: episodes the environment's checker accepts;
-- syntax-error rate: attempted tool calls (turns with a `<tool_call>`) that did not parse,
-  named an unknown tool, failed the tool's schema, or were cut off, over all attempted calls;
-- mean steps: assistant turns per episode;
-- MCH (policy decoder): how often the hybrid mode switched to the slow path and its latency;
-- failures: the first word of every failed turn's reason, counted (`invalid_arguments`, ...).
+- `step_level` (`trainer.step_eval`): teacher-forced metrics on the tasks' gold trajectories:
+  REASON/ACT cross-entropy, ACT token accuracy, next-call exact match, right-tool and
+  schema-valid rates of the greedy call at each gold step (overall and per env), and the MCH's
+  AUROC of gold calls against their typed hard negatives;
+- `episodes`: the checkpoint plays the tasks through datagen's `hf` teacher (the same
+  template, token trace, parser, schema check, environments and checkers as generation) with
+  one of two decoders: `policy` (default: `trainer.generation.AgentPolicy` behind
+  `PolicyBackend`, modifications and hybrid mode active) or `batched` (datagen's `HFBackend`
+  as is; plain-Qwen2 decoding only). Success rate, syntax-error rate (attempted calls that do
+  not parse, name an unknown tool, fail the schema or are cut off, over attempted calls),
+  mean steps, failure kinds, per env, and the hybrid mode: switch rate per trigger
+  (truncated / unparsable / invalid_call / low_confidence), how often the slow path produced a
+  well-formed turn, and its latency;
+- `irr` (`trainer.irr_policy`): recovery rate after an error injected into the oracle's
+  rollout of the first `--irr-tasks` tasks, per env and error kind.
 """
 
 from __future__ import annotations
@@ -25,17 +28,73 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, ValidationError
+
+from trainer.config import StrictModel
 
 if TYPE_CHECKING:  # torch, transformers and datagen load only when an evaluation runs
-    from datagen.types import Step, Trajectory
+    from datagen.types import Step, Task, Trajectory
     from trainer.generation import GenerationConfig, Turn
 
 # Failed-turn kinds that mean the call itself was malformed (datagen.teachers.episode.judge_turn)
 SYNTAX_ERRORS = frozenset({"invalid_json", "invalid_call", "unterminated_call", "multiple_calls",
                            "unknown_tool", "invalid_arguments", "truncated", "not_text"})
+
+
+class EvalConfig(StrictModel):
+    """What `trainer eval` runs (the CLI flags map one to one)."""
+
+    checkpoint: str = Field(description="checkpoint directory (HF format) or a run_dir (its "
+                            "newest checkpoint)")
+    envs: tuple[str, ...] = Field(("sql", "fs", "enterprise"), min_length=1,
+                                  description="environments, assigned round-robin to tasks")
+    num_tasks: int = Field(60, ge=1, le=100_000, description="held-out tasks: each gives one "
+                           "gold trajectory (step level) and one episode")
+    eval_seed: int = Field(0, ge=0, description="family within the held-out space; another "
+                           "seed gives another, disjoint set of tasks")
+    shards: tuple[str, ...] = Field((), description="training OUT roots to check the tasks "
+                                    "against (ids, seeds, instructions per env)")
+    steps: bool = Field(True, description="run the step-level metrics")
+    episodes: bool = Field(True, description="run the episodes (and IRR)")
+    irr_tasks: int = Field(15, ge=0, description="tasks (the first ones) with an injected "
+                           "error for IRR; each costs 3-6 full turns (a random tiny model: "
+                           "~20 s a task); 0 = no IRR")
+    irr_extra_turns: int = Field(2, ge=0, description="IRR turns beyond a perfect recovery")
+    max_steps: int = Field(12, ge=1, description="assistant turns per episode")
+    max_new_tokens: int = Field(256, ge=1, description="tokens per generated turn")
+    decoder: Literal["policy", "batched"] = Field("policy", description="policy: modifications "
+                                                  "and hybrid mode; batched: datagen's batched "
+                                                  "HF decoder (plain-Qwen2 decoding only)")
+    hybrid: bool = Field(True, description="slow path on broken or untrusted turns (episodes "
+                         "and IRR; the step-level calls are always plain greedy)")
+    threshold: float | None = Field(None, ge=0, le=1, description="MCH switch threshold "
+                                    "(default: the checkpoint's mch_threshold)")
+    candidates: int | None = Field(None, ge=1, description="slow-path samples (default: the "
+                                   "checkpoint's mch_num_candidates)")
+    on_invalid_turn: Literal["stop", "feedback"] = Field("stop", description="stop: a malformed "
+                                                         "turn ends the episode; feedback: the "
+                                                         "agent sees the error and may recover")
+    batch_size: int = Field(8, ge=1, description="episodes in flight")
+    step_batch_tokens: int = Field(32_768, ge=1024, description="padded tokens per step-level "
+                                   "forward (memory: cache + hidden states of that many)")
+    seed: int = Field(0, ge=0, description="sampling seed of the slow path")
+    env_modules: tuple[str, ...] = Field((), description="modules whose @register_env "
+                                         "environments can be named in envs")
+    threads: int = Field(0, ge=0, description="torch CPU threads (0: torch's default); on a "
+                         "busy 2-core host 1 thread decodes ~10x faster than 2")
+
+    def generation(self) -> "GenerationConfig":
+        from trainer.generation import GenerationConfig
+
+        return GenerationConfig(max_new_tokens=self.max_new_tokens, hybrid=self.hybrid,
+                                threshold=self.threshold, num_candidates=self.candidates,
+                                seed=self.seed)
 
 
 def error_kind(error: str) -> str:
@@ -50,8 +109,37 @@ def invalid_call(step: "Step") -> bool:
     return attempted_call(step) and step.error is not None and error_kind(step.error) in SYNTAX_ERRORS
 
 
+def hybrid_metrics(turns: list["Turn"]) -> dict[str, Any]:
+    """Switch rate per trigger, how often the slow path left a well-formed turn, latency."""
+    switched = [turn for turn in turns if turn.switched]
+    slow = [turn.slow_seconds for turn in switched]
+    fast = sum(turn.seconds for turn in turns) - sum(slow)
+    by_trigger: dict[str, dict[str, Any]] = {}
+    for trigger, group in sorted(_group(switched, lambda t: t.trigger or "?").items()):
+        by_trigger[trigger] = {
+            "switches": len(group), "rate": len(group) / max(len(turns), 1),
+            "well_formed_after": sum(t.problem is None for t in group) / len(group),
+            "slow_seconds_mean": statistics.fmean(t.slow_seconds for t in group)}
+    scored = [turn for turn in turns if turn.confidence is not None]
+    return {"turns": len(turns), "switch_rate": len(switched) / max(len(turns), 1),
+            "by_trigger": by_trigger, "mch_scored_turns": len(scored),
+            "mch_switch_rate": by_trigger.get("low_confidence", {}).get("switches", 0)
+            / max(len(scored), 1),
+            "mean_turn_seconds": statistics.fmean(t.seconds for t in turns) if turns else 0.0,
+            "slow_path_seconds_per_switch": statistics.fmean(slow) if slow else 0.0,
+            "latency_overhead": sum(slow) / fast if fast > 0 else 0.0}
+
+
+def _group(items: list[Any], key: Any) -> dict[Any, list[Any]]:
+    groups: dict[Any, list[Any]] = defaultdict(list)
+    for item in items:
+        groups[key(item)].append(item)
+    return groups
+
+
 def summarize(trajectories: list["Trajectory"], turns: list["Turn"]) -> dict[str, Any]:
-    """The report: agent metrics from the trajectories, MCH metrics from the policy's turns."""
+    """The `episodes` section: agent metrics from the trajectories, hybrid-mode metrics from
+    the policy's turns."""
     steps = [step for traj in trajectories for step in traj.steps]
     calls = sum(attempted_call(step) for step in steps)
     per_env: dict[str, Counter] = defaultdict(Counter)
@@ -60,9 +148,6 @@ def summarize(trajectories: list["Trajectory"], turns: list["Turn"]) -> dict[str
     failures = Counter(error_kind(step.error) for step in steps if step.error)
     failures.update(error_kind(t.error) for t in trajectories
                     if t.error and not any(step.error for step in t.steps))
-    scored = [turn for turn in turns if turn.confidence is not None]
-    slow = [turn.slow_seconds for turn in turns if turn.switched]
-    fast = sum(turn.seconds for turn in turns) - sum(slow)
     return {
         "episodes": len(trajectories),
         "success_rate": sum(t.success for t in trajectories) / max(len(trajectories), 1),
@@ -70,12 +155,8 @@ def summarize(trajectories: list["Trajectory"], turns: list["Turn"]) -> dict[str
         "mean_steps": len(steps) / max(len(trajectories), 1),
         "tool_calls": calls,
         "failures": dict(failures.most_common()),
-        "mch_scored_turns": len(scored),
-        "mch_switch_rate": len(slow) / max(len(scored), 1),
-        "mean_turn_seconds": statistics.fmean(t.seconds for t in turns) if turns else 0.0,
-        "slow_path_seconds_per_switch": statistics.fmean(slow) if slow else 0.0,
-        "latency_overhead": sum(slow) / fast if fast > 0 else 0.0,
         "per_env": {env: dict(counts) for env, counts in per_env.items()},
+        "hybrid": hybrid_metrics(turns),
     }
 
 
@@ -90,21 +171,15 @@ def resolve_checkpoint(path: str) -> str:
     return str(candidates[-1])
 
 
-def rollout(checkpoint: str, envs: list[str], num_episodes: int, *, max_steps: int = 12,
-            seed: int = 0, generation: "GenerationConfig | None" = None,
-            decoder: str = "policy", on_invalid_turn: str = "stop",
-            env_modules: tuple[str, ...] = (), max_batch_size: int = 8,
+def rollout(checkpoint: str, tasks: list["Task"], *, max_steps: int = 12,
+            generation: "GenerationConfig | None" = None, decoder: str = "policy",
+            on_invalid_turn: str = "stop", max_batch_size: int = 8,
             ) -> tuple[list["Trajectory"], list["Turn"]]:
-    """Roll out `num_episodes` tasks (deterministic in `seed`) with the checkpoint (a
-    directory, or a run directory's newest checkpoint): the trajectories, and the policy
-    decoder's turns (empty for the batched decoder)."""
-    from datagen.envs import import_modules
-    from datagen.tasks import TaskSource
-    from datagen.teachers import EnvPool
+    """Play `tasks` with the checkpoint: the trajectories, and the policy decoder's turns
+    (empty for the batched decoder)."""
     from datagen.teachers.config import EpisodeConfig, HFConfig, SamplingConfig, TeacherConfig
     from datagen.teachers.hf import HFBackend
     from datagen.teachers.llm import LLMTeacher
-    from datagen.types import Task
     from transformers import AutoConfig
 
     from trainer.agent_backend import PolicyBackend, plain_decoding_problem
@@ -112,7 +187,6 @@ def rollout(checkpoint: str, envs: list[str], num_episodes: int, *, max_steps: i
 
     generation = generation or GenerationConfig()
     checkpoint = resolve_checkpoint(checkpoint)
-    import_modules(list(env_modules))
     config = TeacherConfig(
         backend="hf", name="eval",
         hf=HFConfig(model=checkpoint, max_batch_size=max_batch_size),
@@ -128,34 +202,117 @@ def rollout(checkpoint: str, envs: list[str], num_episodes: int, *, max_steps: i
         if problem:
             raise ValueError(f"--decoder batched: {problem}")
         backend = HFBackend(config.hf, config.sampling)
-    source = TaskSource(envs=tuple(envs), weights=(1.0,) * len(envs), seed=seed,
-                        count=num_episodes)
-    tasks = [item for item in source.generate(0, num_episodes, EnvPool())
-             if isinstance(item, Task)]
-    return LLMTeacher(config, backend).rollout_batch(tasks), getattr(backend, "turns", [])
+    return LLMTeacher(config, backend).rollout_batch(list(tasks)), getattr(backend, "turns", [])
 
 
-def evaluate(checkpoint: str, envs: list[str], num_episodes: int, *, decoder: str = "policy",
-             seed: int = 0, **options: Any) -> dict[str, Any]:
-    """`rollout` summarised (see the module docstring for the metrics)."""
-    checkpoint = resolve_checkpoint(checkpoint)
-    summary = summarize(*rollout(checkpoint, envs, num_episodes, decoder=decoder, seed=seed,
-                                 **options))
-    summary.update(checkpoint=checkpoint, envs=envs, decoder=decoder, seed=seed)
-    return summary
+def load_policy_model(checkpoint: str) -> tuple[Any, Any]:
+    """The checkpoint's model (ours or plain Qwen2) and its tokenizer, for in-process use."""
+    import torch
+
+    from trainer.model import AgentQwen2ForCausalLM
+    from trainer.tokens import TextTokenizer
+
+    # Our class reads plain Qwen2 checkpoints too (modifications off), and takes span labels.
+    model = AgentQwen2ForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    return model, TextTokenizer(checkpoint)
+
+
+def _step_level(config: EvalConfig, checkpoint: str, tasks: list["Task"]) -> dict[str, Any]:
+    from trainer.step_eval import evaluate_steps
+    from trainer.step_scorer import TorchStepScorer
+
+    model, tokenizer = load_policy_model(checkpoint)
+    scorer = TorchStepScorer(model, tokenizer, max_new_tokens=config.max_new_tokens,
+                             batch_tokens=config.step_batch_tokens)
+    result = evaluate_steps(tasks, tokenizer, scorer,
+                            with_negatives=bool(getattr(model.config, "use_mch", False)))
+    result["seconds_by_part"] = {k: round(v, 3) for k, v in scorer.seconds.items()}
+    return result
+
+
+def _irr(config: EvalConfig, checkpoint: str, tasks: list["Task"]) -> dict[str, Any]:
+    from trainer.generation import AgentPolicy
+    from trainer.irr_policy import CheckpointPolicy, evaluate_irr
+
+    model, tokenizer = load_policy_model(checkpoint)
+    policy = CheckpointPolicy(AgentPolicy(model, tokenizer, config.generation()),
+                              config.max_new_tokens)
+    result = evaluate_irr(policy, tasks, extra_turns=config.irr_extra_turns)
+    result["hybrid"] = hybrid_metrics(policy.turns)
+    return result
+
+
+def evaluate(config: EvalConfig) -> dict[str, Any]:
+    """The report (see the module docstring). Raises `trainer.heldout.LeakError` before any
+    model is loaded when the tasks occur in the training shards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    try:
+        return _evaluate(config)
+    finally:
+        torch.set_num_threads(threads)  # a caller's process (a benchmark, a test) keeps its own
+
+
+def _evaluate(config: EvalConfig) -> dict[str, Any]:
+    from datagen.envs import import_modules
+
+    from trainer.heldout import heldout_tasks
+
+    import_modules(list(config.env_modules))
+    checkpoint = resolve_checkpoint(config.checkpoint)
+    started = time.perf_counter()
+    chosen = heldout_tasks(config.envs, config.num_tasks, config.eval_seed, config.shards)
+    report: dict[str, Any] = {"checkpoint": checkpoint, "tasks": chosen.describe(),
+                              "config": config.model_dump(mode="json")}
+    seconds = {"tasks": time.perf_counter() - started}
+    if config.steps:
+        started = time.perf_counter()
+        report["step_level"] = _step_level(config, checkpoint, chosen.tasks)
+        seconds["step_level"] = time.perf_counter() - started
+    if config.episodes:
+        started = time.perf_counter()
+        report["episodes"] = summarize(*rollout(
+            checkpoint, chosen.tasks, max_steps=config.max_steps, generation=config.generation(),
+            decoder=config.decoder, on_invalid_turn=config.on_invalid_turn,
+            max_batch_size=config.batch_size))
+        seconds["episodes"] = time.perf_counter() - started
+        if config.irr_tasks:
+            started = time.perf_counter()
+            report["irr"] = _irr(config, checkpoint, chosen.tasks[:config.irr_tasks])
+            seconds["irr"] = time.perf_counter() - started
+    report["seconds"] = {k: round(v, 3) for k, v in seconds.items()}
+    return report
+
+
+def config_from_args(args: argparse.Namespace) -> EvalConfig:
+    return EvalConfig(
+        checkpoint=args.checkpoint, envs=tuple(args.envs.split(",")), num_tasks=args.num_tasks,
+        eval_seed=args.eval_seed, shards=tuple(args.shards), steps=args.only != "episodes",
+        episodes=args.only != "steps", irr_tasks=args.irr_tasks,
+        irr_extra_turns=args.irr_extra_turns, max_steps=args.max_steps,
+        max_new_tokens=args.max_new_tokens, decoder=args.decoder, hybrid=not args.no_hybrid,
+        threshold=args.threshold, candidates=args.candidates,
+        on_invalid_turn=args.on_invalid_turn, batch_size=args.batch_size,
+        step_batch_tokens=args.step_batch_tokens, seed=args.seed,
+        env_modules=tuple(args.env_modules), threads=args.threads)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from trainer.generation import GenerationConfig
+    from trainer.heldout import LeakError
 
-    generation = GenerationConfig(max_new_tokens=args.max_new_tokens, hybrid=not args.no_hybrid,
-                                  threshold=args.threshold, num_candidates=args.candidates,
-                                  seed=args.seed)
-    summary = evaluate(args.checkpoint, args.envs.split(","), args.num_episodes,
-                       max_steps=args.max_steps, seed=args.seed, generation=generation,
-                       decoder=args.decoder, on_invalid_turn=args.on_invalid_turn,
-                       env_modules=tuple(args.env_modules), max_batch_size=args.batch_size)
-    text = json.dumps(summary, indent=2)
+    try:
+        report = evaluate(config_from_args(args))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        print(f"trainer eval: invalid settings: {problems}", file=sys.stderr)
+        return 2
+    except (LeakError, FileNotFoundError, KeyError, ValueError) as exc:
+        print(f"trainer eval: {exc}", file=sys.stderr)
+        return 2
+    text = json.dumps(report, indent=2)
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
@@ -163,25 +320,38 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_eval_command(commands: Any) -> None:
-    parser = commands.add_parser("eval", help="run a checkpoint as an agent in environments")
-    parser.add_argument("--checkpoint", required=True,
-                        help="checkpoint directory (HF format) or a run_dir (newest checkpoint)")
+    parser = commands.add_parser("eval", help="a checkpoint on held-out tasks: step-level and "
+                                 "episode metrics in one JSON report")
+    defaults = EvalConfig.model_fields
+    parser.add_argument("--checkpoint", required=True, help=defaults["checkpoint"].description)
     parser.add_argument("--envs", default="sql,fs,enterprise", help="comma-separated env names")
     parser.add_argument("--env-modules", nargs="*", default=[],
-                        help="modules to import so their @register_env environments can be named")
-    parser.add_argument("--num-episodes", type=int, default=20)
-    parser.add_argument("--max-steps", type=int, default=12, help="assistant turns per episode")
-    parser.add_argument("--max-new-tokens", type=int, default=256)
+                        help=defaults["env_modules"].description)
+    parser.add_argument("--num-tasks", "--num-episodes", dest="num_tasks", type=int, default=60,
+                        help=defaults["num_tasks"].description)
+    parser.add_argument("--eval-seed", type=int, default=0, help=defaults["eval_seed"].description)
+    parser.add_argument("--shards", action="append", default=[], metavar="OUT",
+                        help="training OUT root to check the tasks against (repeatable): a "
+                             "shared task id or seed is refused, a shared instruction dropped")
+    parser.add_argument("--only", choices=("steps", "episodes"), default=None,
+                        help="run only the step-level metrics, or only episodes (+ IRR)")
+    parser.add_argument("--irr-tasks", type=int, default=15, help=defaults["irr_tasks"].description)
+    parser.add_argument("--irr-extra-turns", type=int, default=2,
+                        help=defaults["irr_extra_turns"].description)
+    parser.add_argument("--max-steps", type=int, default=12, help=defaults["max_steps"].description)
+    parser.add_argument("--max-new-tokens", type=int, default=256,
+                        help=defaults["max_new_tokens"].description)
     parser.add_argument("--decoder", choices=("policy", "batched"), default="policy",
-                        help="policy: the model's modifications and MCH active; batched: "
-                             "datagen's batched HF decoder (plain-Qwen2 decoding only)")
+                        help=defaults["decoder"].description)
     parser.add_argument("--on-invalid-turn", choices=("stop", "feedback"), default="stop",
-                        help="stop: a malformed turn ends the episode; feedback: the agent sees "
-                             "the error and may recover")
-    parser.add_argument("--batch-size", type=int, default=8, help="episodes in flight")
+                        help=defaults["on_invalid_turn"].description)
+    parser.add_argument("--batch-size", type=int, default=8, help=defaults["batch_size"].description)
+    parser.add_argument("--step-batch-tokens", type=int, default=32_768,
+                        help=defaults["step_batch_tokens"].description)
     parser.add_argument("--no-hybrid", action="store_true", help="never switch to the slow path")
-    parser.add_argument("--threshold", type=float, default=None, help="MCH switch threshold")
-    parser.add_argument("--candidates", type=int, default=None, help="slow-path samples")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threshold", type=float, default=None, help=defaults["threshold"].description)
+    parser.add_argument("--candidates", type=int, default=None, help=defaults["candidates"].description)
+    parser.add_argument("--seed", type=int, default=0, help=defaults["seed"].description)
+    parser.add_argument("--threads", type=int, default=0, help=defaults["threads"].description)
     parser.add_argument("--out", default=None, help="also write the report (JSON) here")
     parser.set_defaults(handler=_run)

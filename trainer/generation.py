@@ -5,18 +5,26 @@ modifications active at generation time.
   rule as training); generated tokens go through the `<tool_call>` state machine;
 - landmark attention: the model inserts landmarks as the KV cache grows and decodes with
   top-k block retrieval (trainer.model.landmark);
-- MCH hybrid mode: a turn that makes a tool call is scored by the meta-cognitive head; below
-  the threshold the policy samples `num_candidates` more turns and keeps the one the head
-  trusts most (the greedy turn competes too). `Turn` records whether it switched and what the
-  slow path cost, so an evaluation can report the switch rate and the latency overhead.
+- hybrid mode: the first (greedy) turn switches to the slow path when it is truncated (no
+  `<|im_end|>` within the token budget), unparsable (a `<tool_call>` that datagen's parser
+  rejects), an invalid call (unknown tool or schema errors, when the tools are known), or, on
+  a model with an MCH, a well-formed call the head scores under the threshold. The slow path
+  samples `num_candidates` more turns; a well-formed turn beats a broken one, then the MCH's
+  confidence decides (the greedy turn competes too; ties keep the earlier turn). `Turn`
+  records the trigger and what the slow path cost, so an evaluation can report the switch
+  rate per trigger and the latency overhead.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+
+from datagen.chat import parse_assistant
+from mutators import validate
 
 from trainer.model import AgentQwen2ForCausalLM
 from trainer.model.split_embedding import ToolCallModeMachine, act_mode_from_spans, \
@@ -28,7 +36,7 @@ from trainer.tokens import TextTokenizer, special_ids, tokenize_with_spans
 class GenerationConfig:
     max_new_tokens: int = 256
     temperature: float = 0.0            # 0 = greedy for the first attempt
-    hybrid: bool = True                 # use the MCH (when the model has one)
+    hybrid: bool = True                 # slow path on broken turns, and on low MCH confidence
     threshold: float | None = None      # default: the model config's mch_threshold
     num_candidates: int | None = None   # default: the model config's mch_num_candidates
     candidate_temperature: float = 0.8  # sampling temperature of the slow path
@@ -43,6 +51,10 @@ class Turn:
     seconds: float                      # wall time of the whole turn
     slow_seconds: float                 # of which the slow path
     ids: list[int] = field(default_factory=list)  # the kept turn's token ids
+    # why the slow path ran: truncated | unparsable | invalid_call | low_confidence (the
+    # first that applies, in that order); None when it did not run
+    trigger: str | None = None
+    problem: str | None = None          # what is wrong with the kept turn (None: well-formed)
 
 
 class AgentPolicy:
@@ -135,14 +147,17 @@ class AgentPolicy:
             result[index] = float(torch.sigmoid(out.mch_logits[row, 0]))
         return result
 
-    def act(self, text: str, spans: list[dict]) -> Turn:
-        """The next assistant turn for a conversation that ends with the assistant header."""
+    def act(self, text: str, spans: list[dict], tools: list[dict[str, Any]] | None = None,
+            max_new_tokens: int | None = None) -> Turn:
+        """The next assistant turn for a conversation that ends with the assistant header;
+        `tools` (the specs offered) lets the hybrid mode catch invalid calls too."""
         started = time.perf_counter()
         input_ids, act_mode = self.encode_prompt(text, spans)
-        return self._turn(input_ids, act_mode, None, started)
+        return self._turn(input_ids, act_mode, max_new_tokens, started, tools)
 
     def act_on_tokens(self, prompt_ids: list[int], span_ids: list[int],
-                      max_new_tokens: int | None = None) -> Turn:
+                      max_new_tokens: int | None = None,
+                      tools: list[dict[str, Any]] | None = None) -> Turn:
         """The next assistant turn for an exact token prompt with its span kind per token
         (an episode's token trace, as datagen's LLM teachers keep it): no re-tokenising."""
         started = time.perf_counter()
@@ -150,21 +165,50 @@ class AgentPolicy:
         span_tensor = torch.tensor([span_ids], dtype=torch.long)
         act_mode = act_mode_from_spans(input_ids, span_tensor, self.ids["tool_call_start"])
         return self._turn(input_ids.to(self.device), act_mode.to(self.device), max_new_tokens,
-                          started)
+                          started, tools)
+
+    def problem(self, ids: list[int], tools: list[dict[str, Any]] | None = None) -> str | None:
+        """What makes a generated turn unusable ("truncated", "unparsable", "invalid_call"),
+        or None: a closed final answer or a well-formed call (valid when `tools` is given)."""
+        if not ids or ids[-1] != self.ids["im_end"]:
+            return "truncated"
+        parsed = parse_assistant(self.tokenizer.decode(ids[:-1]))
+        if parsed.error is not None:
+            return "unparsable"
+        if parsed.call is None or tools is None:
+            return None
+        tool = next((t for t in tools if t.get("function", {}).get("name") == parsed.call.name),
+                    None)
+        return "invalid_call" if tool is None or validate(parsed.call.as_dict(), tool) else None
+
+    def _trigger(self, problem: str | None, confidence: float | None) -> str | None:
+        if not self.config.hybrid:
+            return None
+        if problem is not None:
+            return problem
+        return "low_confidence" if confidence is not None and confidence < self.threshold \
+            else None
 
     def _turn(self, input_ids: torch.Tensor, act_mode: torch.Tensor,
-              max_new_tokens: int | None, started: float) -> Turn:
-        """Greedy (or configured) turn, then the MCH slow path when it is not confident."""
+              max_new_tokens: int | None, started: float,
+              tools: list[dict[str, Any]] | None = None) -> Turn:
+        """Greedy (or configured) turn, then the slow path when it is broken or, with an MCH,
+        not trusted (see the module docstring)."""
         turns = self.sample(input_ids, act_mode, 1, self.config.temperature, max_new_tokens)
         confidences = self.confidence(input_ids, act_mode, turns) if self.use_mch else [None]
-        switched, slow_started = False, time.perf_counter()
-        if confidences[0] is not None and confidences[0] < self.threshold:
-            switched = True
+        problems = [self.problem(turns[0], tools)]
+        trigger = self._trigger(problems[0], confidences[0])
+        slow = 0.0
+        if trigger is not None:
+            slow_started = time.perf_counter()
             candidates = self.sample(input_ids, act_mode, self.num_candidates,
                                      self.config.candidate_temperature, max_new_tokens)
             turns = turns + candidates
-            confidences = confidences + self.confidence(input_ids, act_mode, candidates)
-        slow = time.perf_counter() - slow_started if switched else 0.0
-        best = max(range(len(turns)), key=lambda i: -1.0 if confidences[i] is None else confidences[i])
-        return Turn(self.tokenizer.decode(turns[best]), confidences[best], switched,
-                    time.perf_counter() - started, slow, turns[best])
+            confidences = confidences + (self.confidence(input_ids, act_mode, candidates)
+                                         if self.use_mch else [None] * len(candidates))
+            problems = problems + [self.problem(turn, tools) for turn in candidates]
+            slow = time.perf_counter() - slow_started
+        best = max(range(len(turns)), key=lambda i: (
+            problems[i] is None, -1.0 if confidences[i] is None else confidences[i]))
+        return Turn(self.tokenizer.decode(turns[best]), confidences[best], trigger is not None,
+                    time.perf_counter() - started, slow, turns[best], trigger, problems[best])

@@ -88,23 +88,28 @@ def test_eval_runs_the_checkpoint_as_an_agent(first_run, tmp_path):
     from trainer.__main__ import main
 
     run_dir, _, _ = first_run
-    report = tmp_path / "eval.json"
-    assert main(["eval", "--checkpoint", str(run_dir), "--envs", "sql", "--num-episodes", "2",
-                 "--max-steps", "2", "--max-new-tokens", "24", "--out", str(report)]) == 0
-    summary = json.loads(report.read_text())
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--checkpoint", str(run_dir), "--envs", "sql", "--num-tasks", "2",
+                 "--irr-tasks", "0", "--max-steps", "2", "--max-new-tokens", "24",
+                 "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["tasks"]["count"] == 2 and report["step_level"]["trajectories"] == 2
+    summary = report["episodes"]
     assert summary["episodes"] == 2 and 0 <= summary["success_rate"] <= 1
     assert 1 <= summary["mean_steps"] <= 2 and 0 <= summary["syntax_error_rate"] <= 1
-    assert summary["decoder"] == "policy" and summary["mch_scored_turns"] >= 0
+    assert report["config"]["decoder"] == "policy" and summary["hybrid"]["mch_scored_turns"] >= 0
     assert sum(summary["failures"].values()) >= 2 - round(2 * summary["success_rate"])
-    assert {"mch_switch_rate", "latency_overhead", "per_env"} <= set(summary)
+    assert {"mch_switch_rate", "latency_overhead", "by_trigger"} <= set(summary["hybrid"])
+    assert "irr" not in report  # IRR is tested in tests/trainer/test_eval_cli.py
 
 
 def test_batched_eval_refuses_a_checkpoint_it_cannot_decode(first_run):
-    from trainer.eval import evaluate
+    from trainer.eval import EvalConfig, evaluate
 
     run_dir, _, _ = first_run
     with pytest.raises(ValueError, match="split_embeddings and use_landmark.*--decoder policy"):
-        evaluate(str(run_dir), ["sql"], 1, decoder="batched")
+        evaluate(EvalConfig(checkpoint=str(run_dir), envs=("sql",), num_tasks=1,
+                            decoder="batched", steps=False, irr_tasks=0))
 
 
 def test_unknown_config_field_fails_naming_it(tmp_path):

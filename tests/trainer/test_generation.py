@@ -48,22 +48,89 @@ def test_cached_sampling_matches_greedy_decoding_without_a_cache(trainer_tokeniz
         ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
 
 
+def _turn_ids(policy, text, closed=True):
+    """Token ids of an assistant turn as a model would emit them."""
+    (ids,), _ = policy.tokenizer.encode([text])
+    return ids + [policy.ids["im_end"]] if closed else ids
+
+
+GOOD_CALL = '\n<tool_call>\n{"name": "run_sql", "arguments": {"query": "SELECT 1"}}\n</tool_call>'
+TOOLS = [{"type": "function", "function": {
+    "name": "run_sql", "description": "run a query",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                   "required": ["query"], "additionalProperties": False}}}]
+PROMPT = ("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+          [{"kind": "PROMPT", "start": 0, "end": 54, "step": -1}])
+
+
+def _scripted(policy, monkeypatch, greedy, candidates, scores=None):
+    """The policy's sampler and head replaced by scripted turns and confidences."""
+    calls = []
+
+    def sample(ids, mode, count, temperature, max_new=None):
+        calls.append(count)
+        return [greedy] if count == 1 else candidates
+
+    monkeypatch.setattr(policy, "sample", sample)
+    if scores is not None:
+        monkeypatch.setattr(policy, "confidence", lambda ids, mode, turns:
+                            [scores.get(tuple(t)) for t in turns])
+    return calls
+
+
 def test_hybrid_mode_switches_below_threshold_and_keeps_the_most_trusted_turn(trainer_tokenizer, monkeypatch):
     policy = _policy(trainer_tokenizer, threshold=0.5, num_candidates=3)
-    start, end = policy.ids["tool_call_start"], policy.ids["im_end"]
-    greedy, candidates = [[7, start, 8, end]], [[9, start, 10, end], [11, start, 12, end], [13, end]]
-    monkeypatch.setattr(policy, "sample", lambda ids, mode, count, temperature, max_new=None:
-                        greedy if count == 1 else candidates)
-    scores = {8: 0.2, 10: 0.9, 12: 0.6}
-    monkeypatch.setattr(policy, "confidence", lambda ids, mode, turns:
-                        [scores.get(t[2]) if len(t) > 2 else None for t in turns])
-    turn = policy.act("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
-                      [{"kind": "PROMPT", "start": 0, "end": 54, "step": -1}])
-    assert turn.switched and turn.confidence == 0.9
-    assert turn.text == policy.tokenizer.decode(candidates[0]) and turn.slow_seconds > 0
-    scores[8] = 0.7  # confident: no slow path
-    turn = policy.act("x", [{"kind": "PROMPT", "start": 0, "end": 1, "step": -1}])
-    assert not turn.switched and turn.confidence == 0.7 and turn.slow_seconds == 0
+    greedy = _turn_ids(policy, "first" + GOOD_CALL)
+    candidates = [_turn_ids(policy, "second" + GOOD_CALL), _turn_ids(policy, "third" + GOOD_CALL),
+                  _turn_ids(policy, "Final answer: 3")]
+    scores = {tuple(greedy): 0.2, tuple(candidates[0]): 0.9, tuple(candidates[1]): 0.6}
+    _scripted(policy, monkeypatch, greedy, candidates, scores)
+    turn = policy.act(*PROMPT, tools=TOOLS)
+    assert turn.switched and turn.trigger == "low_confidence" and turn.confidence == 0.9
+    assert turn.ids == candidates[0] and turn.problem is None and turn.slow_seconds > 0
+    scores[tuple(greedy)] = 0.7  # confident: no slow path
+    turn = policy.act(*PROMPT, tools=TOOLS)
+    assert not turn.switched and turn.trigger is None and turn.confidence == 0.7
+    assert turn.slow_seconds == 0
+
+
+def test_hybrid_mode_resamples_truncated_unparsable_and_invalid_turns(trainer_tokenizer, monkeypatch):
+    """Broken turns reach the slow path too (the MCH never scores them), and a well-formed
+    candidate beats a broken one whatever the head says."""
+    policy = _policy(trainer_tokenizer, threshold=0.5, num_candidates=2)
+    good = _turn_ids(policy, "ok" + GOOD_CALL)
+    broken = {
+        "truncated": _turn_ids(policy, "ok" + GOOD_CALL[:30], closed=False),
+        "unparsable": _turn_ids(policy, 'ok\n<tool_call>\n{"name": "run_sql", "argu\n</tool_call>'),
+        "invalid_call": _turn_ids(policy, GOOD_CALL.replace('"SELECT 1"', "7")),
+    }
+    for trigger, greedy in broken.items():
+        calls = _scripted(policy, monkeypatch, greedy, [broken["unparsable"], good],
+                          {tuple(good): 0.1})
+        turn = policy.act(*PROMPT, tools=TOOLS)
+        assert calls == [1, 2] and turn.switched and turn.trigger == trigger
+        assert turn.ids == good and turn.problem is None
+    # nothing better among the candidates: the greedy turn stays, its problem recorded
+    _scripted(policy, monkeypatch, broken["truncated"], [broken["unparsable"]] * 2, {})
+    turn = policy.act(*PROMPT, tools=TOOLS)
+    assert turn.ids == broken["truncated"] and turn.problem == "truncated"
+    # hybrid off: no slow path for a broken turn either
+    policy = _policy(trainer_tokenizer, hybrid=False)
+    calls = _scripted(policy, monkeypatch, broken["truncated"], [good, good])
+    turn = policy.act(*PROMPT, tools=TOOLS)
+    assert calls == [1] and not turn.switched and turn.problem == "truncated"
+
+
+def test_a_real_model_cut_off_by_its_budget_switches_on_truncation(trainer_tokenizer):
+    """A random model within 4 tokens never closes its turn: every turn is truncated, goes
+    down the slow path, and the episode metrics count it under that trigger."""
+    policy = _policy(trainer_tokenizer, max_new_tokens=4, num_candidates=2)
+    turns = [policy.act(*PROMPT, tools=TOOLS) for _ in range(2)]
+    assert all(t.switched and t.trigger == "truncated" and t.slow_seconds > 0 for t in turns)
+    assert all(len(t.ids) == 4 and t.problem == "truncated" for t in turns)
+    hybrid = summarize([], turns)["hybrid"]
+    assert hybrid["switch_rate"] == 1.0 and hybrid["by_trigger"]["truncated"]["switches"] == 2
+    assert hybrid["by_trigger"]["truncated"]["well_formed_after"] == 0.0
 
 
 def test_confidence_reads_the_mch_at_the_end_of_the_call(trainer_tokenizer):
@@ -92,8 +159,11 @@ def test_evaluation_metrics_from_trajectories():
     trajectories = [_trajectory("sql", [ok, bad_schema, ok, answer], True),
                     _trajectory("fs", [cut], False, error="turn 0: truncated: ..."),
                     _trajectory("fs", [answer], False, error="wrong_answer: rejected")]
-    turns = [Turn("t", confidence=0.3, switched=True, seconds=2.0, slow_seconds=1.0),
-             Turn("t", confidence=None, switched=False, seconds=1.0, slow_seconds=0.0)]
+    turns = [Turn("t", confidence=0.3, switched=True, seconds=2.0, slow_seconds=1.0,
+                  trigger="low_confidence"),
+             Turn("t", confidence=None, switched=False, seconds=1.0, slow_seconds=0.0),
+             Turn("t", confidence=None, switched=True, seconds=3.0, slow_seconds=2.0,
+                  trigger="truncated", problem="truncated")]
     summary = summarize(trajectories, turns)
     assert summary["episodes"] == 3 and np.isclose(summary["success_rate"], 1 / 3)
     assert summary["tool_calls"] == 4 and summary["syntax_error_rate"] == 0.5
@@ -101,8 +171,15 @@ def test_evaluation_metrics_from_trajectories():
     assert summary["failures"] == {"invalid_arguments": 1, "truncated": 1, "wrong_answer": 1}
     assert summary["per_env"] == {"sql": {"episodes": 1, "successes": 1},
                                   "fs": {"episodes": 2, "successes": 0}}
-    assert summary["mch_scored_turns"] == 1 and summary["mch_switch_rate"] == 1.0
-    assert summary["latency_overhead"] == 0.5  # slow path 1 s over fast path 2 s
+    hybrid = summary["hybrid"]
+    assert hybrid["mch_scored_turns"] == 1 and hybrid["mch_switch_rate"] == 1.0
+    assert np.isclose(hybrid["switch_rate"], 2 / 3)
+    assert hybrid["by_trigger"] == {
+        "low_confidence": {"switches": 1, "rate": 1 / 3, "well_formed_after": 1.0,
+                           "slow_seconds_mean": 1.0},
+        "truncated": {"switches": 1, "rate": 1 / 3, "well_formed_after": 0.0,
+                      "slow_seconds_mean": 2.0}}
+    assert hybrid["latency_overhead"] == 1.0  # slow paths 3 s over fast paths 3 s
 
 
 def test_policy_and_batched_decoders_play_the_same_episodes_on_a_plain_checkpoint(
@@ -110,14 +187,16 @@ def test_policy_and_batched_decoders_play_the_same_episodes_on_a_plain_checkpoin
     """With every modification off, AgentPolicy's turns through datagen's episode loop are
     datagen's own batched HF decoding, token for token (greedy)."""
     from trainer.eval import rollout
+    from trainer.heldout import heldout_tasks
     from trainer.tokens import TextTokenizer
 
     tiny_model(vocab_size=1024).save_pretrained(tmp_path)
     TextTokenizer(trainer_tokenizer).save(tmp_path)
-    options = dict(max_steps=2, generation=GenerationConfig(max_new_tokens=16),
+    tasks = heldout_tasks(["sql", "fs"], 3).tasks
+    options = dict(max_steps=2, generation=GenerationConfig(max_new_tokens=16, hybrid=False),
                    on_invalid_turn="feedback", max_batch_size=1)
-    policy, turns = rollout(str(tmp_path), ["sql", "fs"], 3, decoder="policy", **options)
-    batched, _ = rollout(str(tmp_path), ["sql", "fs"], 3, decoder="batched", **options)
+    policy, turns = rollout(str(tmp_path), tasks, decoder="policy", **options)
+    batched, _ = rollout(str(tmp_path), tasks, decoder="batched", **options)
     assert len(turns) == sum(len(t.steps) for t in policy) >= 3
     assert [t.tokens.ids for t in policy] == [t.tokens.ids for t in batched]
     assert [[s.raw for s in t.steps] for t in policy] == [[s.raw for s in t.steps] for t in batched]

@@ -157,6 +157,9 @@ def retrieval_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
                                key[:, :, block:n_memory * period:period]).float() * scaling
     readable = torch.arange(n_memory, device=query.device)[None, :] < query_block[:, None]
     gate_scores = gate_scores.masked_fill(~readable, _NEG_INF)
+    if topk >= n_memory:  # every block: the same sums without gathering a copy per query
+        return _all_blocks(query, own_scores, own_value, gate_scores, token_key, token_value,
+                           scaling)
     top_scores, top_blocks = gate_scores.topk(min(topk, n_memory), dim=-1)
     index = top_blocks[..., None, None].expand(-1, -1, -1, -1, block, dim)
     chosen_key = token_key.unsqueeze(2).expand(-1, -1, n_query, -1, -1, -1).gather(3, index)
@@ -168,6 +171,19 @@ def retrieval_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     memory_weights = (gates.unsqueeze(-1) * inner).to(value.dtype)
     out = torch.einsum("bhqmk,bhqmkd->bhqd", memory_weights, chosen_value)
     return out + torch.einsum("bhqk,bhkd->bhqd", own_weights.to(value.dtype), own_value)
+
+
+def _all_blocks(query: torch.Tensor, own_scores: torch.Tensor, own_value: torch.Tensor,
+                gate_scores: torch.Tensor, token_key: torch.Tensor, token_value: torch.Tensor,
+                scaling: float) -> torch.Tensor:
+    """`retrieval_attention` with every earlier block open (= the grouped softmax)."""
+    inner = torch.softmax(torch.einsum("bhqd,bhmkd->bhqmk", query, token_key).float() * scaling,
+                          dim=-1)
+    group = torch.softmax(torch.cat([gate_scores, own_scores], dim=-1), dim=-1)
+    gates, own_weights = group.split([gate_scores.shape[-1], own_scores.shape[-1]], dim=-1)
+    memory_weights = (gates.unsqueeze(-1) * inner).to(token_value.dtype)
+    out = torch.einsum("bhqmk,bhmkd->bhqd", memory_weights, token_value)
+    return out + torch.einsum("bhqk,bhkd->bhqd", own_weights.to(own_value.dtype), own_value)
 
 
 def landmark_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,

@@ -1,0 +1,90 @@
+"""`python -m trainer eval` end to end on a tiny checkpoint and a real pipeline OUT."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.trainer.helpers import tiny_model
+from trainer.__main__ import main
+from trainer.heldout import heldout_tasks
+from trainer.tokens import TextTokenizer, special_ids
+
+
+@pytest.fixture(scope="module")
+def checkpoint(trainer_tokenizer, tmp_path_factory):
+    """A random tiny checkpoint with split embeddings, landmarks and an MCH."""
+    directory = tmp_path_factory.mktemp("eval_checkpoint")
+    tokenizer = TextTokenizer(trainer_tokenizer)
+    ids = special_ids(tokenizer)
+    tiny_model(vocab_size=1024, split_embeddings=True, use_landmark=True, landmark_block_size=64,
+               use_mch=True, tool_call_start_id=ids["tool_call_start"],
+               im_end_id=ids["im_end"]).save_pretrained(directory)
+    tokenizer.save(directory)
+    return directory
+
+
+FAST = ["--envs", "sql,fs", "--num-tasks", "2", "--max-new-tokens", "6", "--max-steps", "2",
+        "--candidates", "2", "--threads", "1"]
+
+
+def test_one_report_with_step_level_episode_and_irr_metrics(checkpoint, pipeline_out, tmp_path,
+                                                             capsys):
+    out = tmp_path / "report.json"
+    assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--irr-tasks", "1",
+                 "--shards", str(pipeline_out), "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert json.loads(capsys.readouterr().out) == report
+    tasks = report["tasks"]
+    assert tasks["count"] == 2 and tasks["per_env"] == {"sql": 1, "fs": 1}
+    assert tasks["first_id"] == "heldout-0-sql-000000" and tasks["eval_seed"] == 0
+    assert tasks["leak_check"]["shards"] == [str(pipeline_out)]
+    assert tasks["leak_check"]["training_rows"] >= 96
+    steps = report["step_level"]
+    assert steps["trajectories"] == 2 and steps["call_steps"] > 2 and steps["act_tokens"] > 0
+    assert steps["next_call_exact_match"] == 0.0  # 6 random tokens are never the gold call
+    assert steps["reason_ce"] > 5 and set(steps["per_env"]) == {"sql", "fs"}
+    assert steps["mch"]["negatives"] > 0 and 0 <= steps["mch"]["auroc"] <= 1
+    episodes = report["episodes"]
+    assert episodes["episodes"] == 2 and episodes["success_rate"] == 0.0
+    assert episodes["hybrid"]["by_trigger"]["truncated"]["switches"] == 2  # 6 tokens: cut off
+    assert report["irr"]["overall"]["n"] + report["irr"]["skipped"] == 1
+    assert report["irr"]["hybrid"]["turns"] == report["irr"]["turns"] >= 1
+    assert set(report["seconds"]) == {"tasks", "step_level", "episodes", "irr"}
+
+
+def test_only_flags_and_another_eval_seed(checkpoint, capsys):
+    assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--only", "steps",
+                 "--eval-seed", "3"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "step_level" in report and "episodes" not in report and "irr" not in report
+    assert report["tasks"]["first_id"] == "heldout-3-sql-000000"
+    assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--only", "episodes",
+                 "--irr-tasks", "0", "--no-hybrid"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "step_level" not in report and "irr" not in report
+    assert report["episodes"]["hybrid"]["switch_rate"] == 0.0
+
+
+def test_leaky_shards_and_bad_settings_are_refused_before_any_work(checkpoint, pipeline_out,
+                                                                   tmp_path, capsys):
+    leaky = tmp_path / "leaky"
+    shutil.copytree(pipeline_out, leaky)
+    shard = sorted((leaky / "trajectories").glob("part-*.parquet"))[0]
+    table = pq.read_table(shard)
+    ids = table.column("task_id").to_pylist()
+    ids[5] = heldout_tasks(["sql", "fs"], 2).tasks[1].id
+    pq.write_table(table.set_column(table.schema.get_field_index("task_id"), "task_id",
+                                    pa.array(ids)), shard)
+    assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--shards", str(leaky)]) == 2
+    captured = capsys.readouterr()
+    assert "1 held-out task ids" in captured.err and "heldout-0-fs-000001" in captured.err
+    assert captured.out == ""
+    assert main(["eval", "--checkpoint", str(checkpoint), "--num-tasks", "0"]) == 2
+    assert "num_tasks" in capsys.readouterr().err
+    assert main(["eval", "--checkpoint", str(tmp_path / "none")]) == 2
+    assert "no checkpoint" in capsys.readouterr().err

@@ -1,0 +1,196 @@
+"""Step-level metrics: gold trajectories located in tokens, metrics with known answers from a
+scripted fake scorer, and the checkpoint scorer equal to plain full forwards and to the
+policy's own greedy decoding."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import orjson
+import pytest
+import torch
+
+from datagen.chat import parse_assistant, render_call
+from datagen.types import ToolCall
+from mutators import KINDS, validate
+from tests.trainer.helpers import tiny_model
+from trainer.heldout import heldout_tasks
+from trainer.step_eval import (ACT, REASON, ExampleScores, GeneratedTurn, auroc, gold_examples,
+                               same_json, step_metrics)
+from trainer.tokens import load_tokenizer, special_ids
+
+
+@pytest.fixture(scope="module")
+def tokenizer(trainer_tokenizer):
+    return load_tokenizer(str(trainer_tokenizer))
+
+
+@pytest.fixture(scope="module")
+def examples(tokenizer):
+    tasks = heldout_tasks(["sql", "fs"], 4).tasks
+    built, skipped = gold_examples(tasks, tokenizer, with_negatives=True)
+    assert len(built) == 4 and not skipped
+    return built
+
+
+def test_gold_steps_are_located_where_the_turns_start_and_the_calls_end(examples, tokenizer):
+    for example in examples:
+        assert example.calls and example.negatives
+        for call in example.calls:
+            prompt = tokenizer.decode(example.ids[:call.prompt_len])
+            assert prompt.endswith("<|im_start|>assistant\n")
+            turn = tokenizer.decode(example.ids[call.prompt_len:call.score_at + 1])
+            assert turn.endswith("</tool_call><|im_end|>\n") and example.span_ids[call.score_at] == ACT
+            parsed = parse_assistant(turn)
+            assert parsed.call.as_dict() == call.call.as_dict()
+            assert tokenizer.decode(example.ids[call.act_start:call.score_at + 1]).startswith("\n<tool_call>")
+        for negative in example.negatives:
+            wrong = parse_assistant(tokenizer.decode(negative.act_ids)).call
+            assert negative.kind in KINDS
+            assert wrong.as_dict() != example.calls[negative.call_index].call.as_dict()
+
+
+def test_auroc_and_typed_json_equality():
+    assert auroc([0.9, 0.8], [0.1, 0.2]) == 1.0 and auroc([0.1], [0.9, 0.8]) == 0.0
+    assert auroc([0.5, 0.7], [0.5, 0.1]) == 0.875 and auroc([0.5], []) is None
+    assert same_json({"a": [1, 2.0]}, {"a": [1.0, 2]}) and not same_json({"a": 1}, {"a": True})
+    assert not same_json({"a": "1"}, {"a": 1}) and not same_json({"a": 1}, {"a": 1, "b": 2})
+
+
+class FakeStepScorer:
+    """Stands in for a model: log-probability 1/2 for every REASON token and 1/4 for every
+    ACT token, every other ACT token its argmax, and at the gold call steps, in turn: the
+    gold call, the gold call with a hallucinated key, an unknown tool, the gold call cut off,
+    and the gold call after other reasoning. The MCH trusts gold calls (0.9), distrusts type
+    errors and hallucinated keys (0.2) and is fooled by logical errors (0.95)."""
+
+    MODES = ("gold", "extra_key", "unknown_tool", "cut_off", "other_reasoning")
+
+    def __init__(self) -> None:
+        self.modes: list[str] = []
+
+    def turn(self, call: ToolCall) -> GeneratedTurn:
+        mode = self.MODES[len(self.modes) % len(self.MODES)]
+        self.modes.append(mode)
+        if mode == "extra_key":
+            call = ToolCall(call.name, {**call.arguments, "verbose": True})
+        elif mode == "unknown_tool":
+            call = ToolCall("no_such_tool", call.arguments)
+        text = ("Let me think differently." if mode == "other_reasoning" else "I will call it.")
+        text += "\n" + render_call(call)
+        return GeneratedTurn(text[:20] if mode == "cut_off" else text, mode != "cut_off")
+
+    def score(self, examples):
+        out = []
+        for example in examples:
+            targets = example.span_ids[1:]
+            n_reason, n_act = int((targets == REASON).sum()), int((targets == ACT).sum())
+            out.append(ExampleScores(
+                reason_logprobs=np.full(n_reason, math.log(0.5)),
+                act_logprobs=np.full(n_act, math.log(0.25)), act_hits=np.arange(n_act) % 2 == 0,
+                turns=[self.turn(call.call) for call in example.calls],
+                gold_confidence=[0.9] * len(example.calls),
+                negative_confidence=[0.95 if n.kind == "logical_error" else 0.2
+                                     for n in example.negatives]))
+        return out
+
+
+def test_step_metrics_have_the_known_answers_of_a_scripted_fake_model(examples):
+    scorer = FakeStepScorer()
+    scores = scorer.score(examples)
+    for example in examples:  # the premise of "extra_key": the schemas forbid unknown keys
+        for call in (c.call for c in example.calls):
+            tool = next(t for t in example.tools if t["function"]["name"] == call.name)
+            assert validate({"name": call.name, "arguments": {**call.arguments, "verbose": 1}}, tool)
+    metrics = step_metrics(examples, scores)
+    modes, n = scorer.modes, len(scorer.modes)
+    assert metrics["call_steps"] == n == sum(len(e.calls) for e in examples)
+    assert metrics["next_call_exact_match"] == pytest.approx(
+        sum(m in ("gold", "other_reasoning") for m in modes) / n)
+    assert metrics["right_tool_rate"] == pytest.approx(
+        sum(m in ("gold", "extra_key", "other_reasoning") for m in modes) / n)
+    assert metrics["schema_valid_rate"] == metrics["next_call_exact_match"]
+    assert metrics["closed_turn_rate"] == pytest.approx(1 - modes.count("cut_off") / n)
+    assert metrics["reason_ce"] == pytest.approx(math.log(2))
+    assert metrics["act_ce"] == pytest.approx(math.log(4))
+    act_tokens = metrics["act_tokens"]
+    assert metrics["act_token_accuracy"] == pytest.approx(
+        sum((n_act + 1) // 2 for n_act in (len(s.act_logprobs) for s in scores)) / act_tokens)
+    assert set(metrics["per_env"]) == {"sql", "fs"}
+    assert sum(env["call_steps"] for env in metrics["per_env"].values()) == n
+    mch = metrics["mch"]
+    kinds = [neg.kind for e in examples for neg in e.negatives]
+    assert mch["gold_steps"] == n and mch["negatives"] == len(kinds)
+    assert mch["per_kind"]["logical_error"]["auroc"] == 0.0
+    assert mch["per_kind"]["type_error"]["auroc"] == 1.0
+    assert mch["auroc"] == pytest.approx(1 - kinds.count("logical_error") / len(kinds))
+
+
+def _full_forward(model, ids, spans, mch_at=None):
+    positions = torch.tensor([mch_at]) if mch_at is not None else None
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids]), mch_positions=positions,
+                     span_ids=torch.from_numpy(np.asarray(spans, dtype=np.int64))[None])
+
+
+@pytest.mark.parametrize("landmark", [False, True])
+def test_checkpoint_scorer_equals_full_forwards_and_the_policys_greedy_turns(
+        examples, tokenizer, landmark):
+    """One batched forward + cache cuts give what separate full forwards give (log-probs,
+    MCH on gold calls and on negatives tokenised as training tokenises them) and the turns
+    AgentPolicy decodes greedily from each gold prompt (float64 against near-ties; landmark
+    decoding opens 2 blocks of ~60, so the scorer must decode as the policy does)."""
+    from datagen.chat import render_trajectory
+    from datagen.teachers import EnvPool, OracleTeacher
+    from trainer.generation import AgentPolicy, GenerationConfig
+    from trainer.model.split_embedding import act_mode_from_spans
+    from trainer.negatives import negative_example
+    from trainer.step_scorer import TorchStepScorer
+    from trainer.tokens import tokenize_with_spans, tool_call_step_ends
+
+    ids = special_ids(tokenizer)
+    model = tiny_model(vocab_size=1024, split_embeddings=True, use_landmark=landmark,
+                       landmark_block_size=32, landmark_retrieval_topk=2, use_mch=True,
+                       initializer_range=0.5,  # random weights that read the context
+                       tool_call_start_id=ids["tool_call_start"], im_end_id=ids["im_end"]).double()
+    chosen = examples[:2]  # different lengths: the batch is padded
+    # landmark attention computes its softmax in fp32; everything else is float64
+    close = dict(rtol=1e-5, atol=1e-6) if landmark else dict(rtol=0, atol=1e-9)
+    scores = TorchStepScorer(model, tokenizer, max_new_tokens=4, max_rows=2).score(chosen)
+    policy = AgentPolicy(model, tokenizer, GenerationConfig(hybrid=False))
+    pool, tasks = EnvPool(), {t.id: t for t in heldout_tasks(["sql", "fs"], 4).tasks}
+    for example, score in zip(chosen, scores):
+        out = _full_forward(model, example.ids, example.span_ids,
+                            [call.score_at for call in example.calls])
+        logprobs = torch.log_softmax(out.logits[0, :-1], -1)
+        target = logprobs.gather(-1, torch.tensor(example.ids[1:])[:, None])[:, 0].numpy()
+        kinds = example.span_ids[1:]
+        np.testing.assert_allclose(score.reason_logprobs, target[kinds == REASON], **close)
+        np.testing.assert_allclose(score.act_logprobs, target[kinds == ACT], **close)
+        np.testing.assert_allclose(score.gold_confidence, torch.sigmoid(out.mch_logits[0]).numpy(),
+                                   **close)
+        for call, turn in zip(example.calls, score.turns):
+            prompt = torch.tensor([example.ids[:call.prompt_len]])
+            spans = torch.from_numpy(example.span_ids[:call.prompt_len].astype(np.int64))[None]
+            mode = act_mode_from_spans(prompt, spans, ids["tool_call_start"])
+            (greedy,) = policy.sample(prompt, mode, 1, 0.0, 4)
+            closed = greedy[-1] == ids["im_end"]
+            assert turn.closed == closed
+            assert turn.text == tokenizer.decode(greedy[:-1] if closed else greedy)
+        text, spans = render_trajectory(OracleTeacher().safe_rollout(tasks[example.task_id], pool))
+        spans = [{"kind": s.kind, "start": s.start, "end": s.end, "step": s.step} for s in spans]
+        checked = set()
+        for negative, confidence in zip(example.negatives, score.negative_confidence):
+            if negative.call_index in checked:
+                continue  # one full forward per step keeps the test short
+            checked.add(negative.call_index)
+            call = example.calls[negative.call_index]
+            wrong = orjson.dumps(parse_assistant(tokenizer.decode(negative.act_ids)).call.as_dict())
+            neg_text, neg_spans = negative_example(text, spans, call.step, wrong.decode())
+            (neg_ids,), (neg_labels,) = tokenize_with_spans(tokenizer, [neg_text], [neg_spans])
+            assert neg_ids == example.ids[:call.act_start] + negative.act_ids
+            at = tool_call_step_ends(np.asarray(neg_ids), neg_labels, ids["tool_call_start"])[-1]
+            full = _full_forward(model, neg_ids, neg_labels, [at]).mch_logits
+            np.testing.assert_allclose(confidence, float(torch.sigmoid(full[0, 0])), **close)
+        assert len(checked) == len(example.calls)
