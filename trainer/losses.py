@@ -33,6 +33,7 @@ PROMPT, REASON, ACT, OBS = 0, 1, 2, 3
 Objective = Literal["sad", "token_kd", "sft"]
 TeacherKind = Literal["onehot", "topk", "online"]
 _TAIL_EPS = 1e-6  # teacher tail mass below this is rounding error of a full top-k
+_MIN_LOG_PROB = -1e4  # floor of a student bucket's log-probability inside the KL
 RECOMPUTE_ABOVE_BYTES = 2 << 30
 
 
@@ -61,22 +62,50 @@ class LossSettings:
 
 
 def topk_kl(student_logprobs: torch.Tensor, topk_ids: torch.Tensor,
-            topk_logprobs: torch.Tensor) -> torch.Tensor:
-    """KL(teacher || student) over the teacher's top-k tokens plus one tail bucket holding
-    the rest of each distribution. student_logprobs [..., V]; topk [..., K]; returns [...]."""
+            topk_logprobs: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """KL(teacher || student) over k+1 buckets: the teacher's top-k tokens and one tail
+    bucket holding the rest of each distribution. student_logprobs [..., V] (temperature 1);
+    topk [..., K] (the teacher's raw log-probabilities, -inf where padded); returns [...].
+
+    At temperature T both sides are re-tempered on the same buckets: p_i^(1/T) renormalised,
+    the tail mass tempered as one bucket. The stored logprobs are the teacher's at T=1 and
+    its tail is known only as a total, so this is the only tempering the two sides can share;
+    then KL(teacher == student) = 0 at every T, and with k = vocab (no tail) it is exactly
+    the full-vocabulary KL of softmax(logits / T). Tempering the student's logits over the
+    whole vocabulary against untempered stored logprobs (as before) gave 0.095 at T=2 and
+    0.87 at T=4 for identical models."""
     present = torch.isfinite(topk_logprobs)
-    teacher_p = topk_logprobs.exp()
-    student_k = student_logprobs.gather(-1, topk_ids)
-    head_terms = torch.where(present, teacher_p * (topk_logprobs - student_k),
-                             torch.zeros_like(teacher_p))
-    teacher_tail = (1.0 - teacher_p.sum(-1)).clamp(min=0.0)
-    student_in_k = torch.logsumexp(student_k.masked_fill(~present, float("-inf")), dim=-1)
-    student_tail_log = torch.log(-torch.expm1(student_in_k.clamp(max=-1e-7)))
-    tail_term = torch.where(
-        teacher_tail > _TAIL_EPS,
-        teacher_tail * (torch.log(teacher_tail.clamp(min=_TAIL_EPS)) - student_tail_log),
-        torch.zeros_like(teacher_tail))
-    return head_terms.sum(-1) + tail_term
+    teacher_tail = (1.0 - topk_logprobs.exp().sum(-1)).clamp(min=0.0)
+    # A tail below rounding error is no bucket (k = vocab, or a full top-k): -inf, not log 1e-7,
+    # which tempering at T=4 would inflate to a bucket of weight 1e-7^(1/4) = 0.018.
+    teacher_tail_log = torch.where(teacher_tail > _TAIL_EPS,
+                                   torch.log(teacher_tail.clamp(min=_TAIL_EPS)),
+                                   torch.full_like(teacher_tail, float("-inf")))
+    student_k = student_logprobs.gather(-1, topk_ids).masked_fill(~present, float("-inf"))
+    teacher = torch.cat([topk_logprobs, teacher_tail_log.unsqueeze(-1)], dim=-1)
+    student = torch.cat([student_k, _outside_log_mass(student_logprobs, topk_ids, present)
+                         .unsqueeze(-1)], dim=-1)
+    if temperature != 1.0:
+        teacher = torch.log_softmax(teacher / temperature, dim=-1)
+        student = torch.log_softmax(student / temperature, dim=-1)
+    teacher_p = teacher.exp()
+    # 0 * log(0 / q) = 0 where the teacher bucket is empty (padding, no tail). The student's
+    # bucket is -inf only where its ids cover the vocabulary; clamped, a teacher that still
+    # claims a tail there (inconsistent data) costs a large finite loss, not inf/nan.
+    terms = teacher_p * (teacher - student.clamp(min=_MIN_LOG_PROB))
+    return torch.where(teacher_p > 0, terms, torch.zeros_like(terms)).sum(-1)
+
+
+def _outside_log_mass(logprobs: torch.Tensor, ids: torch.Tensor, present: torch.Tensor,
+                      ) -> torch.Tensor:
+    """log of the probability mass outside the present ids, [...] from [..., V]: summed over
+    the other tokens (not 1 - sum, whose float error is ~1e-7 where the ids cover nearly all
+    mass), so -inf exactly when they cover the whole vocabulary. Padded entries point at the
+    first id (entries are a prefix; a position without any is not used by the caller)."""
+    index = torch.where(present, ids, ids[..., :1])
+    covered = torch.zeros(logprobs.shape, dtype=torch.bool, device=logprobs.device)
+    covered.scatter_(-1, index, True)
+    return torch.logsumexp(logprobs.masked_fill(covered, float("-inf")), dim=-1)
 
 
 def full_kl(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor) -> torch.Tensor:
@@ -108,8 +137,7 @@ def _chunk_divergence(hidden: torch.Tensor, targets: torch.Tensor, topk_ids: tor
         teacher = F.log_softmax(teacher_logits[..., :vocab] / temperature, dim=-1)
         return full_kl(student, teacher) * temperature ** 2
     logprobs = F.log_softmax(logits, dim=-1)
-    student = logprobs if temperature == 1.0 else F.log_softmax(logits / temperature, dim=-1)
-    divergence = topk_kl(student, topk_ids, topk_logprobs) * temperature ** 2
+    divergence = topk_kl(logprobs, topk_ids, topk_logprobs, temperature) * temperature ** 2
     cross_entropy = -logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # no-top-k tokens
     return torch.where(topk_present, divergence, cross_entropy)
 
