@@ -178,19 +178,26 @@ def per_token_losses(hidden: torch.Tensor, head: nn.Module, input_ids: torch.Ten
 
 
 def span_means(token_losses: torch.Tensor, span_ids: torch.Tensor,
-               row_weight: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """Sums, counts and means of per-position losses by the span kind of the predicted
-    token. Rows with weight 0 (MCH negatives) contribute nothing."""
+               weight: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Weighted sums, token counts and means of per-position losses by the span kind of the
+    predicted token. `weight` is per row [B] or per token [B, T] (packed rows: the weight of
+    each token's document): a mean is sum(w * loss) / sum(w), so weight-0 tokens (MCH
+    negatives) contribute nothing and a table weighted 0.5 counts half."""
     target_span = span_ids[:, 1:]
-    keep = torch.ones_like(target_span, dtype=torch.bool) if row_weight is None \
-        else (row_weight > 0).unsqueeze(1).expand_as(target_span)
+    if weight is None:
+        weight = torch.ones_like(target_span, dtype=token_losses.dtype)
+    elif weight.dim() == 1:
+        weight = weight.to(token_losses.dtype).unsqueeze(1).expand_as(target_span)
+    else:
+        weight = weight[:, 1:].to(token_losses.dtype)
     parts: dict[str, torch.Tensor] = {}
     for name, kind in (("reason", REASON), ("act", ACT)):
-        mask = (target_span == kind) & keep
-        total = (token_losses * mask).sum()
-        count = mask.sum()
-        parts[f"{name}_sum"], parts[f"{name}_tokens"] = total, count
-        parts[name] = total / count.clamp(min=1)
+        mask = (target_span == kind) & (weight > 0)
+        weighted = torch.where(mask, weight, torch.zeros_like(weight))
+        total = (token_losses * weighted).sum()
+        parts[f"{name}_sum"], parts[f"{name}_tokens"] = total, mask.sum()
+        parts[f"{name}_weight"] = weighted.sum()
+        parts[name] = total / parts[f"{name}_weight"].clamp(min=1e-6)
     return parts
 
 
@@ -198,14 +205,15 @@ def combine(parts: dict[str, torch.Tensor], settings: LossSettings) -> torch.Ten
     """The objective's scalar from span sums (see module docstring)."""
     if settings.objective == "sad":
         return settings.lambda_reason * parts["reason"] + settings.lambda_act * parts["act"]
-    tokens = (parts["reason_tokens"] + parts["act_tokens"]).clamp(min=1)
-    return (parts["reason_sum"] + parts["act_sum"]) / tokens
+    weight = (parts["reason_weight"] + parts["act_weight"]).clamp(min=1e-6)
+    return (parts["reason_sum"] + parts["act_sum"]) / weight
 
 
 def make_loss_fn(input_ids: torch.Tensor, span_ids: torch.Tensor, teacher: TeacherSignal,
                  settings: LossSettings, row_weight: torch.Tensor | None = None,
                  ) -> Callable[[torch.Tensor, nn.Module], tuple[torch.Tensor, dict]]:
-    """The `loss_fn(hidden, lm_head)` the model calls inside its forward."""
+    """The `loss_fn(hidden, lm_head)` the model calls inside its forward; `row_weight` is
+    the LM weight per row [B] or per token [B, T] (see span_means)."""
     def loss_fn(hidden: torch.Tensor, head: nn.Module) -> tuple[torch.Tensor, dict]:
         token_losses = per_token_losses(hidden, head, input_ids, teacher, settings)
         parts = span_means(token_losses, span_ids, row_weight)
@@ -233,3 +241,23 @@ def pcgrad_combine(grads_reason: list[torch.Tensor | None], grads_act: list[torc
         else:
             combined.append(r + a)
     return combined, conflict
+
+
+def balanced_mch_loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Class-balanced binary cross-entropy of the MCH over labelled steps (labels 1 correct,
+    0 wrong, -1 ignored): the mean over correct steps and the mean over wrong ones, averaged
+    over the classes present. A batch holds ~4-5 correct steps per LM document against a
+    fixed number of negatives; an unweighted mean would let the head settle on "always
+    correct", and the loss scale would follow the batch's class mix.
+
+    Returns the loss (0 with a graph when nothing is labelled, so DDP still sees the head)
+    and the number of labelled steps."""
+    labelled = labels >= 0
+    count = int(labelled.sum())
+    if count == 0:
+        return logits.sum() * 0.0, 0
+    targets = labels[labelled].float()
+    per_step = F.binary_cross_entropy_with_logits(logits[labelled], targets, reduction="none")
+    means = [per_step[targets == value].mean() for value in (0.0, 1.0)
+             if bool((targets == value).any())]
+    return torch.stack(means).mean(), count
