@@ -6,6 +6,9 @@ one padded document per row:
     lm_weight, complexity [D]
     mch_positions/labels  [D, S]   -1 where a row has fewer scored steps
     topk_ids/logprobs     [D, W, K], topk_present [D, W]   (stored teacher top-k)
+
+or, with packing, several documents per row (trainer.packing: `position_ids` [R, W] and a
+per-token `lm_weight` [R, W] instead of per-row weight and complexity).
 """
 
 from __future__ import annotations
@@ -83,14 +86,16 @@ def topk_width(documents: Documents) -> int:
 
 
 class Collate(NumpyBatchCollateFn):
-    """A stream row (one micro-batch) from Ray Data -> padded tensors (right padding, pad
-    span id -1). As a collate_fn it takes
+    """A stream row (one micro-batch) from Ray Data -> tensors: padded (right padding, pad
+    span id -1), or packed into rows of `pack_to` tokens. As a collate_fn it takes
     `iter_torch_batches(batch_size=1, ...)` batches; the training loop calls `documents`
-    and `tensors` itself so that the curriculum can drop documents first."""
+    and `tensors` itself so that the curriculum can drop documents before packing."""
 
-    def __init__(self, pad_id: int, pad_multiple: int = 16, with_topk: bool = False) -> None:
+    def __init__(self, pad_id: int, pad_multiple: int = 16, with_topk: bool = False,
+                 pack_to: int | None = None) -> None:
         super().__init__()
         self.pad_id, self.pad_multiple, self.with_topk = pad_id, pad_multiple, with_topk
+        self.pack_to = pack_to
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         return self.tensors(self.documents(batch))
@@ -99,7 +104,13 @@ class Collate(NumpyBatchCollateFn):
         return Documents.from_row(batch, self.with_topk)
 
     def tensors(self, documents: Documents) -> dict[str, torch.Tensor]:
-        return {name: torch.from_numpy(value) for name, value in self.pad(documents).items()}
+        if self.pack_to is None:
+            arrays = self.pad(documents)
+        else:
+            from trainer.packing import pack  # packing builds on this module's helpers
+
+            arrays = pack(documents, self.pack_to, self.pad_id, self.pad_multiple, self.with_topk)
+        return {name: torch.from_numpy(value) for name, value in arrays.items()}
 
     def pad(self, documents: Documents) -> dict[str, np.ndarray]:
         ids, spans = documents.input_ids, documents.span_ids

@@ -60,6 +60,10 @@ class DataConfig(StrictModel):
         default_factory=dict, description="LM loss weight of a table's tokens (default 1): "
         "span means become sum(w * loss) / sum(w); every row is read once per epoch "
         "whatever its weight, so this is a loss weight, not a sampling share")
+    packing: bool = Field(False, description="lay a micro-batch's documents into as few rows "
+                          "of max_seq_len as fit (per-document positions and attention) "
+                          "instead of one padded row each; needs model.use_landmark false; "
+                          "the MCH scores the first document of each row only")
     check_tokenizer: bool = Field(True, description="refuse shards whose token ids (input_ids, "
                                   "teacher top-k) were made with another tokenizer than ours, "
                                   "as recorded in their `tokenizer` column")
@@ -170,6 +174,9 @@ class TrainConfig(StrictModel):
             raise ValueError("loss.pcgrad needs per-parameter gradients; not with deepspeed")
         if self.model.builder is None and self.model.init_from is None:
             raise ValueError("model needs a builder or init_from")
+        if self.data.packing and self.model.use_landmark:
+            raise ValueError("data.packing needs model.use_landmark: false (landmark blocks "
+                             "and positions would span the packed documents)")
         return self
 
 

@@ -127,6 +127,9 @@ def load_teacher(cfg: TrainConfig, device: torch.device) -> AgentQwen2ForCausalL
         return None
     dtype = getattr(torch, cfg.model.dtype)
     teacher = AgentQwen2ForCausalLM.from_pretrained(cfg.loss.teacher_model, dtype=dtype)
+    if cfg.data.packing and teacher.config.use_landmark:
+        raise ValueError(f"data.packing: the online teacher {cfg.loss.teacher_model} uses "
+                         f"landmark attention, whose blocks would span packed documents")
     teacher.requires_grad_(False)
     return teacher.eval().to(device)
 

@@ -107,7 +107,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         c = cfg.curriculum
         sampler = CurriculumSampler(loop_config["curriculum_quantiles"], cfg.run.max_steps,
                                     c.start_fraction, c.ramp_fraction, c.schedule)
-    collate = Collate(special["pad"], with_topk=cfg.loss.teacher == "topk")
+    collate = Collate(special["pad"], with_topk=cfg.loss.teacher == "topk",
+                      pack_to=cfg.data.max_seq_len if cfg.data.packing else None)
     log = MetricsLog(Path(cfg.run_dir) / "metrics.jsonl", enabled=rank == 0)
     peak = peak_flops(device)
     bar = _progress_bar(cfg, rank, position.step)
