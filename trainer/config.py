@@ -43,14 +43,43 @@ class ModelConfig(StrictModel):
 
 
 class DataConfig(StrictModel):
-    max_seq_len: int = Field(2048, ge=16, description="longer trajectories keep their prefix")
-    batch_size: int = Field(4, ge=1, description="rows per micro-batch per worker")
-    bucket_pool_batches: int = Field(8, ge=1, description="batches sorted by length together; "
-                                     "larger = less padding, less randomness")
-    negatives_per_trajectory: float = Field(1.0, ge=0, description="MCH negatives kept per trajectory")
+    max_seq_len: int = Field(2048, ge=16, description="longer documents keep their prefix")
+    batch_size: int = Field(4, ge=1, description="LM documents (trajectories, repairs) per "
+                            "micro-batch per worker; every micro-batch has LM loss")
+    mch_rows: int = Field(1, ge=0, description="MCH negatives added to every micro-batch "
+                          "(model.use_mch): rows of LM weight 0, each costing a forward and "
+                          "backward like an LM row; 0 = the MCH learns only from in-row labels "
+                          "(tool calls of LM documents, repairs' wrong calls)")
+    bucket_pool_batches: int = Field(8, ge=1, description="batches composed and sorted by "
+                                     "length together; larger = less padding, less randomness")
+    tables: tuple[Literal["trajectories", "repairs"], ...] = Field(
+        ("trajectories",), min_length=1, description="tables trained with the LM loss; "
+        "repairs (critique REASON + fixed ACT, the wrong call an ERROR span without loss) "
+        "are read from repairs/ beside the trajectory shards of the same chunk")
+    table_weights: dict[Literal["trajectories", "repairs"], float] = Field(
+        default_factory=dict, description="LM loss weight of a table's tokens (default 1): "
+        "span means become sum(w * loss) / sum(w); every row is read once per epoch "
+        "whatever its weight, so this is a loss weight, not a sampling share")
+    packing: bool = Field(False, description="lay a micro-batch's documents into as few rows "
+                          "of max_seq_len as fit (per-document positions and attention) "
+                          "instead of one padded row each; needs model.use_landmark false; "
+                          "the MCH scores the first document of each row only")
     check_tokenizer: bool = Field(True, description="refuse shards whose token ids (input_ids, "
                                   "teacher top-k) were made with another tokenizer than ours, "
                                   "as recorded in their `tokenizer` column")
+
+    @model_validator(mode="after")
+    def _tables(self) -> "DataConfig":
+        if len(set(self.tables)) != len(self.tables):
+            raise ValueError(f"tables lists a table twice: {list(self.tables)}")
+        unused = sorted(set(self.table_weights) - set(self.tables))
+        if unused:
+            raise ValueError(f"table_weights names {unused}, not in tables {list(self.tables)}")
+        negative = sorted(name for name, weight in self.table_weights.items() if weight <= 0)
+        if negative:
+            raise ValueError(f"table_weights of {negative} must be > 0 (drop the table from "
+                             f"tables instead)")
+        return self
 
 
 class LossConfig(StrictModel):
@@ -68,7 +97,9 @@ class LossConfig(StrictModel):
                                           "backward (memory for one extra head matmul); "
                                           "null = only when full logits exceed 2 GiB")
     pcgrad: bool = Field(False, description="project conflicting REASON/ACT gradients (2 backward passes)")
-    mch_weight: float = Field(0.5, ge=0, description="weight of the MCH binary loss")
+    mch_weight: float = Field(0.5, ge=0, description="weight of the MCH binary loss (class-"
+                              "balanced: mean over correct steps and mean over wrong ones, "
+                              "averaged)")
 
     @model_validator(mode="after")
     def _teacher_model(self) -> "LossConfig":
@@ -101,6 +132,9 @@ class RunConfig(StrictModel):
     keep_checkpoints: int = Field(2, ge=1)
     seed: int = 0
     progress: bool = True
+    mch_auroc_window: int = Field(512, ge=2, description="labelled MCH steps behind the "
+                                  "running AUROC logged in metrics.jsonl (mch_auroc); each is "
+                                  "scored before the step trains on it")
 
 
 class ScalingConfig(StrictModel):
@@ -140,6 +174,9 @@ class TrainConfig(StrictModel):
             raise ValueError("loss.pcgrad needs per-parameter gradients; not with deepspeed")
         if self.model.builder is None and self.model.init_from is None:
             raise ValueError("model needs a builder or init_from")
+        if self.data.packing and self.model.use_landmark:
+            raise ValueError("data.packing needs model.use_landmark: false (landmark blocks "
+                             "and positions would span the packed documents)")
         return self
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config import TrainConfig
-from trainer.data import DataSettings, build_dataset
+from trainer.data import DataSettings, build_dataset, lm_complexities
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -67,9 +67,10 @@ def init_ray(address: str | None) -> None:
 def data_settings(cfg: TrainConfig) -> DataSettings:
     return DataSettings(shards=cfg.shards, tokenizer=cfg.tokenizer,
                         max_seq_len=cfg.data.max_seq_len, batch_size=cfg.data.batch_size,
+                        mch_rows=cfg.data.mch_rows,
                         bucket_pool_batches=cfg.data.bucket_pool_batches,
-                        use_mch=cfg.model.use_mch,
-                        negatives_per_trajectory=cfg.data.negatives_per_trajectory,
+                        use_mch=cfg.model.use_mch, tables=tuple(cfg.data.tables),
+                        table_weights=tuple(sorted(cfg.data.table_weights.items())),
                         read_topk=cfg.loss.teacher == "topk" and cfg.loss.objective != "sft",
                         check_tokenizer=cfg.data.check_tokenizer,
                         seed=cfg.run.seed, complexity_weights=tuple(cfg.curriculum.weights))
@@ -81,8 +82,7 @@ def curriculum_quantiles(dataset: Any, cfg: TrainConfig) -> list[float] | None:
         return None
     import numpy as np
 
-    scores = dataset.select_columns(["complexity", "lm_weight"]).to_pandas()
-    scores = scores[scores["lm_weight"] > 0]["complexity"].to_numpy()
+    scores = lm_complexities(dataset)
     return np.quantile(scores, np.linspace(0, 1, 101)).tolist() if len(scores) else None
 
 

@@ -33,6 +33,7 @@ PROMPT, REASON, ACT, OBS = 0, 1, 2, 3
 Objective = Literal["sad", "token_kd", "sft"]
 TeacherKind = Literal["onehot", "topk", "online"]
 _TAIL_EPS = 1e-6  # teacher tail mass below this is rounding error of a full top-k
+_MIN_LOG_PROB = -1e4  # floor of a student bucket's log-probability inside the KL
 RECOMPUTE_ABOVE_BYTES = 2 << 30
 
 
@@ -61,22 +62,47 @@ class LossSettings:
 
 
 def topk_kl(student_logprobs: torch.Tensor, topk_ids: torch.Tensor,
-            topk_logprobs: torch.Tensor) -> torch.Tensor:
-    """KL(teacher || student) over the teacher's top-k tokens plus one tail bucket holding
-    the rest of each distribution. student_logprobs [..., V]; topk [..., K]; returns [...]."""
+            topk_logprobs: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """KL(teacher || student) over k+1 buckets: the teacher's top-k tokens and one tail
+    bucket holding the rest of each distribution. student_logprobs [..., V] (temperature 1);
+    topk [..., K] (the teacher's raw log-probabilities, -inf where padded); returns [...].
+
+    At temperature T both sides are re-tempered on the same buckets: p_i^(1/T) renormalised,
+    the tail mass tempered as one bucket. The stored logprobs are the teacher's at T=1 and
+    its tail is known only as a total, so this is the only tempering the two sides can share;
+    then KL(teacher == student) = 0 at every T, and with k = vocab (no tail) it is exactly
+    the full-vocabulary KL of softmax(logits / T). Tempering the student's logits over the
+    whole vocabulary against untempered stored logprobs (as before) gave 0.095 at T=2 and
+    0.87 at T=4 for identical models."""
     present = torch.isfinite(topk_logprobs)
-    teacher_p = topk_logprobs.exp()
-    student_k = student_logprobs.gather(-1, topk_ids)
-    head_terms = torch.where(present, teacher_p * (topk_logprobs - student_k),
-                             torch.zeros_like(teacher_p))
-    teacher_tail = (1.0 - teacher_p.sum(-1)).clamp(min=0.0)
-    student_in_k = torch.logsumexp(student_k.masked_fill(~present, float("-inf")), dim=-1)
-    student_tail_log = torch.log(-torch.expm1(student_in_k.clamp(max=-1e-7)))
-    tail_term = torch.where(
-        teacher_tail > _TAIL_EPS,
-        teacher_tail * (torch.log(teacher_tail.clamp(min=_TAIL_EPS)) - student_tail_log),
-        torch.zeros_like(teacher_tail))
-    return head_terms.sum(-1) + tail_term
+    minus_inf = float("-inf")
+    teacher_tail = (1.0 - topk_logprobs.exp().sum(-1)).clamp(min=0.0)
+    has_tail = teacher_tail > _TAIL_EPS
+    # A tail below rounding error is no bucket (k = vocab, or a full top-k): -inf, not log 1e-7,
+    # which tempering at T=4 would inflate to a bucket of weight 1e-7^(1/4) = 0.018.
+    teacher_tail_log = torch.where(has_tail, torch.log(teacher_tail.clamp(min=_TAIL_EPS)),
+                                   torch.full_like(teacher_tail, minus_inf))
+    student_k = student_logprobs.gather(-1, topk_ids).masked_fill(~present, minus_inf)
+    # The student's tail by the same formula as the teacher's (so equal distributions give
+    # equal buckets exactly), without the [.., V] pass an exact sum over the other tokens
+    # would cost (+36% of a tiny model's step, measured). Where the teacher has a tail the
+    # student's is floored at the same epsilon; where it has none, a student tail below it
+    # is rounding error too and no bucket.
+    student_tail = -torch.expm1(torch.logsumexp(student_k, dim=-1).clamp(max=-1e-12))
+    student_tail_log = torch.where(
+        has_tail | (student_tail > _TAIL_EPS), torch.log(student_tail.clamp(min=_TAIL_EPS)),
+        torch.full_like(student_tail, minus_inf))
+    teacher = torch.cat([topk_logprobs, teacher_tail_log.unsqueeze(-1)], dim=-1)
+    student = torch.cat([student_k, student_tail_log.unsqueeze(-1)], dim=-1)
+    if temperature != 1.0:
+        teacher = torch.log_softmax(teacher / temperature, dim=-1)
+        student = torch.log_softmax(student / temperature, dim=-1)
+    teacher_p = teacher.exp()
+    # 0 * log(0 / q) = 0 where the teacher bucket is empty (padding, no tail). The student's
+    # bucket is -inf only where its ids cover the vocabulary; clamped, a teacher that still
+    # claims a tail there (inconsistent data) costs a large finite loss, not inf/nan.
+    terms = teacher_p * (teacher - student.clamp(min=_MIN_LOG_PROB))
+    return torch.where(teacher_p > 0, terms, torch.zeros_like(terms)).sum(-1)
 
 
 def full_kl(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor) -> torch.Tensor:
@@ -108,8 +134,7 @@ def _chunk_divergence(hidden: torch.Tensor, targets: torch.Tensor, topk_ids: tor
         teacher = F.log_softmax(teacher_logits[..., :vocab] / temperature, dim=-1)
         return full_kl(student, teacher) * temperature ** 2
     logprobs = F.log_softmax(logits, dim=-1)
-    student = logprobs if temperature == 1.0 else F.log_softmax(logits / temperature, dim=-1)
-    divergence = topk_kl(student, topk_ids, topk_logprobs) * temperature ** 2
+    divergence = topk_kl(logprobs, topk_ids, topk_logprobs, temperature) * temperature ** 2
     cross_entropy = -logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # no-top-k tokens
     return torch.where(topk_present, divergence, cross_entropy)
 
@@ -150,19 +175,26 @@ def per_token_losses(hidden: torch.Tensor, head: nn.Module, input_ids: torch.Ten
 
 
 def span_means(token_losses: torch.Tensor, span_ids: torch.Tensor,
-               row_weight: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """Sums, counts and means of per-position losses by the span kind of the predicted
-    token. Rows with weight 0 (MCH negatives) contribute nothing."""
+               weight: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Weighted sums, token counts and means of per-position losses by the span kind of the
+    predicted token. `weight` is per row [B] or per token [B, T] (packed rows: the weight of
+    each token's document): a mean is sum(w * loss) / sum(w), so weight-0 tokens (MCH
+    negatives) contribute nothing and a table weighted 0.5 counts half."""
     target_span = span_ids[:, 1:]
-    keep = torch.ones_like(target_span, dtype=torch.bool) if row_weight is None \
-        else (row_weight > 0).unsqueeze(1).expand_as(target_span)
+    if weight is None:
+        weight = torch.ones_like(target_span, dtype=token_losses.dtype)
+    elif weight.dim() == 1:
+        weight = weight.to(token_losses.dtype).unsqueeze(1).expand_as(target_span)
+    else:
+        weight = weight[:, 1:].to(token_losses.dtype)
     parts: dict[str, torch.Tensor] = {}
     for name, kind in (("reason", REASON), ("act", ACT)):
-        mask = (target_span == kind) & keep
-        total = (token_losses * mask).sum()
-        count = mask.sum()
-        parts[f"{name}_sum"], parts[f"{name}_tokens"] = total, count
-        parts[name] = total / count.clamp(min=1)
+        mask = (target_span == kind) & (weight > 0)
+        weighted = torch.where(mask, weight, torch.zeros_like(weight))
+        total = (token_losses * weighted).sum()
+        parts[f"{name}_sum"], parts[f"{name}_tokens"] = total, mask.sum()
+        parts[f"{name}_weight"] = weighted.sum()
+        parts[name] = total / parts[f"{name}_weight"].clamp(min=1e-6)
     return parts
 
 
@@ -170,14 +202,15 @@ def combine(parts: dict[str, torch.Tensor], settings: LossSettings) -> torch.Ten
     """The objective's scalar from span sums (see module docstring)."""
     if settings.objective == "sad":
         return settings.lambda_reason * parts["reason"] + settings.lambda_act * parts["act"]
-    tokens = (parts["reason_tokens"] + parts["act_tokens"]).clamp(min=1)
-    return (parts["reason_sum"] + parts["act_sum"]) / tokens
+    weight = (parts["reason_weight"] + parts["act_weight"]).clamp(min=1e-6)
+    return (parts["reason_sum"] + parts["act_sum"]) / weight
 
 
 def make_loss_fn(input_ids: torch.Tensor, span_ids: torch.Tensor, teacher: TeacherSignal,
                  settings: LossSettings, row_weight: torch.Tensor | None = None,
                  ) -> Callable[[torch.Tensor, nn.Module], tuple[torch.Tensor, dict]]:
-    """The `loss_fn(hidden, lm_head)` the model calls inside its forward."""
+    """The `loss_fn(hidden, lm_head)` the model calls inside its forward; `row_weight` is
+    the LM weight per row [B] or per token [B, T] (see span_means)."""
     def loss_fn(hidden: torch.Tensor, head: nn.Module) -> tuple[torch.Tensor, dict]:
         token_losses = per_token_losses(hidden, head, input_ids, teacher, settings)
         parts = span_means(token_losses, span_ids, row_weight)
@@ -205,3 +238,23 @@ def pcgrad_combine(grads_reason: list[torch.Tensor | None], grads_act: list[torc
         else:
             combined.append(r + a)
     return combined, conflict
+
+
+def balanced_mch_loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Class-balanced binary cross-entropy of the MCH over labelled steps (labels 1 correct,
+    0 wrong, -1 ignored): the mean over correct steps and the mean over wrong ones, averaged
+    over the classes present. A batch holds ~4-5 correct steps per LM document against a
+    fixed number of negatives; an unweighted mean would let the head settle on "always
+    correct", and the loss scale would follow the batch's class mix.
+
+    Returns the loss (0 with a graph when nothing is labelled, so DDP still sees the head)
+    and the number of labelled steps."""
+    labelled = labels >= 0
+    count = int(labelled.sum())
+    if count == 0:
+        return logits.sum() * 0.0, 0
+    targets = labels[labelled].float()
+    per_step = F.binary_cross_entropy_with_logits(logits[labelled], targets, reduction="none")
+    means = [per_step[targets == value].mean() for value in (0.0, 1.0)
+             if bool((targets == value).any())]
+    return torch.stack(means).mean(), count

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +72,36 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a metrics.jsonl (for tests, notebooks and benchmarks)."""
     lines = Path(path).read_text().splitlines() if Path(path).exists() else []
     return [json.loads(line) for line in lines if line.strip()]
+
+
+class RunningAUROC:
+    """AUROC of the MCH's scores over the last `window` labelled steps (label 1 = correct
+    step, 0 = wrong one). Each step's scores are taken in the forward pass before the
+    optimizer trains on that batch, so in the first epoch this is a progressive held-out
+    estimate; `None` until both classes are in the window."""
+
+    def __init__(self, window: int) -> None:
+        self.scores: deque[float] = deque(maxlen=window)
+        self.labels: deque[int] = deque(maxlen=window)
+
+    def update(self, scores: list[float], labels: list[int]) -> None:
+        self.scores.extend(scores)
+        self.labels.extend(labels)
+
+    def value(self) -> float | None:
+        return auroc(list(self.scores), list(self.labels))
+
+
+def auroc(scores: list[float], labels: list[int]) -> float | None:
+    """Area under the ROC curve (Mann-Whitney U with mid-ranks for ties); None without both
+    classes."""
+    import numpy as np
+
+    values, truth = np.asarray(scores, dtype=np.float64), np.asarray(labels) == 1
+    positives, negatives = int(truth.sum()), int((~truth).sum())
+    if positives == 0 or negatives == 0:
+        return None
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    ranks = (ends - (counts - 1) / 2.0)[inverse]  # 1-based mid-ranks
+    return float((ranks[truth].sum() - positives * (positives + 1) / 2) / (positives * negatives))

@@ -2,7 +2,8 @@
 complexity scores. Pure functions over NumPy/Arrow, used by the Ray Data stages in
 `trainer.data` and by generation (prompts are labelled the same way as training rows).
 
-Span kind ids follow the contract: 0 PROMPT, 1 REASON, 2 ACT, 3 OBS.
+Span kind ids follow the contract: 0 PROMPT, 1 REASON, 2 ACT, 3 OBS, 4 ERROR (a repair's
+wrong call: context, never loss).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 SPAN_KIND_ID = {"PROMPT": 0, "REASON": 1, "ACT": 2, "OBS": 3, "ERROR": 4}  # ERROR: a repair's wrong call, no loss
-ACT = SPAN_KIND_ID["ACT"]
+ACT, ERROR = SPAN_KIND_ID["ACT"], SPAN_KIND_ID["ERROR"]
 TOOL_CALL_OPEN, IM_END = "<tool_call>", "<|im_end|>"
 
 
@@ -97,19 +98,20 @@ def tokenize_with_spans(tokenizer: TextTokenizer, texts: list[str], spans: list[
     return ids, [label_tokens(o, row_spans) for o, row_spans in zip(offsets, spans)]
 
 
-def act_runs(span_ids: np.ndarray) -> list[tuple[int, int]]:
-    """(start, end) token ranges, end exclusive, of contiguous ACT runs."""
-    is_act = np.concatenate([[False], np.asarray(span_ids) == ACT, [False]])
-    edges = np.flatnonzero(is_act[1:] != is_act[:-1])
+def act_runs(span_ids: np.ndarray, kind: int = ACT) -> list[tuple[int, int]]:
+    """(start, end) token ranges, end exclusive, of contiguous runs of span `kind` (ACT)."""
+    is_kind = np.concatenate([[False], np.asarray(span_ids) == kind, [False]])
+    edges = np.flatnonzero(is_kind[1:] != is_kind[:-1])
     return list(zip(edges[0::2].tolist(), edges[1::2].tolist()))
 
 
 def tool_call_step_ends(input_ids: np.ndarray, span_ids: np.ndarray,
-                        tool_call_start_id: int) -> list[int]:
-    """Index of the last token of every ACT run that holds a tool call (where the MCH
-    scores a step). Final-answer ACT runs have no `<tool_call>` and are not scored."""
+                        tool_call_start_id: int, kind: int = ACT) -> list[int]:
+    """Index of the last token of every ACT run (or run of `kind`, e.g. a repair's ERROR
+    call) that holds a tool call: where the MCH scores a step. Final-answer runs have no
+    `<tool_call>` and are not scored."""
     ids = np.asarray(input_ids)
-    return [end - 1 for start, end in act_runs(span_ids)
+    return [end - 1 for start, end in act_runs(span_ids, kind)
             if (ids[start:end] == tool_call_start_id).any()]
 
 

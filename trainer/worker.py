@@ -22,9 +22,10 @@ from trainer.config import TrainConfig
 from trainer.curriculum import CurriculumSampler
 from trainer.collate import Collate
 from trainer.engines import DDPEngine, DeepSpeedEngine, read_deepspeed_config
-from trainer.loop import (STATE_FILE, Position, batches, build_student, forward_backward,
-                          load_teacher, reduce_metrics, round_up)
-from trainer.metrics import MetricsLog, peak_flops, train_flops_per_token
+from trainer.loop import (STATE_FILE, Position, admit, any_rank, batches, build_student,
+                          forward_backward, gather_scores, load_teacher, reduce_metrics,
+                          round_up)
+from trainer.metrics import MetricsLog, RunningAUROC, peak_flops, train_flops_per_token
 from trainer.tokens import load_tokenizer, special_ids
 
 
@@ -106,25 +107,28 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         c = cfg.curriculum
         sampler = CurriculumSampler(loop_config["curriculum_quantiles"], cfg.run.max_steps,
                                     c.start_fraction, c.ramp_fraction, c.schedule)
-    collate = Collate(special["pad"], with_topk=cfg.loss.teacher == "topk")
+    collate = Collate(special["pad"], with_topk=cfg.loss.teacher == "topk",
+                      pack_to=cfg.data.max_seq_len if cfg.data.packing else None)
     log = MetricsLog(Path(cfg.run_dir) / "metrics.jsonl", enabled=rank == 0)
     peak = peak_flops(device)
     bar = _progress_bar(cfg, rank, position.step)
+    running_auroc = RunningAUROC(cfg.run.mch_auroc_window)
     engine.unwrapped.train()
     last = time.perf_counter()
     stream = batches(cfg, collate, position)
     while position.step < cfg.run.max_steps:
-        epoch, index, batch = next(stream)
+        epoch, index, documents = next(stream)
         position.epoch, position.batch_in_epoch = epoch, index + 1
         admitted = 1.0
         if sampler is not None:
-            keep = sampler.admit(batch["complexity"], position.step)
-            admitted = float(keep.float().mean())
-            if not keep.any():
+            keep = sampler.admit(torch.from_numpy(documents.complexity), position.step).numpy()
+            admitted = float(keep.mean())
+            documents = admit(documents, keep)
+            if any_rank(documents is None, device):  # ranks skip together or DDP would hang
                 continue
-            batch = {name: value[keep] for name, value in batch.items()}
-        batch = {name: value.to(device) for name, value in batch.items()}
-        metrics = forward_backward(cfg, engine, batch, teacher)
+        batch = {name: value.to(device) for name, value in collate.tensors(documents).items()}
+        metrics, scored = forward_backward(cfg, engine, batch, teacher)
+        running_auroc.update(*gather_scores(scored))
         lr = engine.lr  # the rate this step uses (step() advances the schedule)
         metrics["grad_norm"] = engine.step()
         position.step += 1
@@ -136,6 +140,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         elapsed, last = now - last, now
         record = _record(metrics, position, lr, elapsed, admitted, flops_per_token, peak,
                          context.get_world_size())
+        record["mch_auroc"] = _rounded(running_auroc.value())
         log.write(record)
         if bar is not None:
             bar.update(1)
@@ -148,6 +153,10 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         bar.close()
 
 
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
 def _record(metrics: dict[str, float], position: Position, lr: float, elapsed: float,
             admitted: float, flops_per_token: float, peak: float | None, workers: int,
             ) -> dict[str, Any]:
@@ -157,7 +166,10 @@ def _record(metrics: dict[str, float], position: Position, lr: float, elapsed: f
               "reason": round(metrics["reason"], 6), "act": round(metrics["act"], 6),
               "mch": round(metrics["mch"], 6),
               "mch_acc": metrics["mch_correct"] / metrics["mch_steps"] if metrics["mch_steps"] else None,
+              "mch_steps": int(metrics["mch_steps"]), "mch_negatives": int(metrics["mch_negatives"]),
               "tokens": int(metrics["tokens"]), "tokens_per_s": round(tokens_per_s, 1),
+              "lm_tokens_per_s": round(metrics["lm_tokens"] / max(elapsed, 1e-9), 1),
+              "padding": round(1 - metrics["tokens"] / max(metrics["slots"], 1), 4),
               "step_time": round(elapsed, 4), "lr": lr, "grad_norm": round(metrics["grad_norm"], 4),
               "mfu": round(tokens_per_s * flops_per_token / (peak * workers), 4) if peak else None,
               "pcgrad_conflict": bool(metrics["pcgrad_conflict"])}

@@ -31,6 +31,12 @@ def test_overrides_are_typed_and_dotted():
     ("model.landmark_block_size=0", "model.landmark_block_size"),
     ("scaling.strategy=deepspeed", "needs deepspeed_config"),
     ("data.batch_size=0", "data.batch_size"),
+    ("data.mch_rows=-1", "data.mch_rows"),
+    ("data.tables=[]", "data.tables"),
+    ("data.tables=[trajectories, bogus]", "data.tables"),
+    ("data.tables=[repairs, repairs]", "lists a table twice"),
+    ("data.table_weights={repairs: 0.5}", "names \\['repairs'\\], not in tables"),
+    ("data.table_weights={trajectories: 0}", "must be > 0"),
 ])
 def test_invalid_values_are_reported_with_their_field(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -40,3 +46,9 @@ def test_invalid_values_are_reported_with_their_field(override, message):
 def test_pcgrad_requires_the_sad_objective():
     with pytest.raises(ConfigError, match="pcgrad"):
         load_config(ROOT / "configs" / "train_tiny.yaml", ["loss.pcgrad=true", "loss.objective=sft"])
+
+
+def test_repairs_join_with_a_weight():
+    cfg = load_config(ROOT / "configs" / "train_tiny.yaml",
+                      ["data.tables=[trajectories, repairs]", "data.table_weights={repairs: 0.5}"])
+    assert cfg.data.tables == ("trajectories", "repairs") and cfg.data.table_weights == {"repairs": 0.5}

@@ -1,5 +1,6 @@
-"""The data path: tokenising stage vs the generation side's labels, MCH negatives,
-bucketing, stored teacher top-k, and the Ray Data stream with the worker-side collate."""
+"""The data path: tokenising readers vs the generation side's labels, MCH negatives,
+stored teacher top-k, and the Ray Data stream with the worker-side collate. Batch
+composition and repairs: tests/trainer/test_batching.py."""
 
 from __future__ import annotations
 
@@ -12,10 +13,16 @@ import pytest
 
 from trainer.collate import Collate
 from trainer.curriculum import CurriculumSampler, pacing_fraction
-from trainer.data import TRAJECTORY_COLUMNS, DataSettings, build_dataset, bucket_by_length, \
-    inspect_shards, prepare_batch
+from trainer.data import DataSettings, build_dataset, inspect_shards
+from trainer.documents import TRAJECTORY_COLUMNS, document_table, negative_documents, \
+    trajectory_shaped_documents
 from trainer.negatives import negative_example, render_call
 from trainer.tokens import load_tokenizer, special_ids, tool_call_step_ends
+
+
+def prepare(table, settings, weight=1.0):
+    rows, _ = trajectory_shaped_documents(table, settings.read_settings(), weight)
+    return document_table(rows, settings.read_topk)
 
 
 def _first_shard(out):
@@ -29,10 +36,10 @@ def test_trainer_tokenisation_equals_the_labels_stored_by_the_pipeline(pipeline_
     assert plain.column("id").to_pylist() == stored.column("id").to_pylist()
     settings = DataSettings(shards=str(pipeline_out), tokenizer=str(trainer_tokenizer),
                             max_seq_len=100_000)
-    ours = prepare_batch(plain, settings)
+    ours = prepare(plain, settings)
     assert ours.column("input_ids").to_pylist() == stored.column("input_ids").to_pylist()
     assert ours.column("span_ids").to_pylist() == stored.column("span_ids").to_pylist()
-    taken = prepare_batch(stored.select(list(TRAJECTORY_COLUMNS) + ["input_ids", "span_ids"]), settings)
+    taken = prepare(stored.select(list(TRAJECTORY_COLUMNS) + ["input_ids", "span_ids"]), settings)
     assert taken.column("input_ids").to_pylist() == stored.column("input_ids").to_pylist()
 
 
@@ -50,56 +57,76 @@ def test_negative_example_replaces_the_call_and_cuts_after_it(pipeline_out):
     assert negative_example(row["text"], row["spans"], 1, '"not a call"') is None
 
 
-def test_prepare_adds_labelled_negatives_from_the_paired_shard(pipeline_out, trainer_tokenizer):
+def test_readers_label_steps_and_read_negatives_from_the_paired_shard(pipeline_out,
+                                                                      trainer_tokenizer):
     shard = _first_shard(pipeline_out)
     table = pq.read_table(shard, columns=list(TRAJECTORY_COLUMNS)).slice(0, 16)
     table = table.append_column("path", pa.array([str(shard)] * table.num_rows))
     settings = DataSettings(shards=str(pipeline_out), tokenizer=str(trainer_tokenizer),
-                            max_seq_len=100_000, use_mch=True, negatives_per_trajectory=1.0)
-    rows = prepare_batch(table, settings).to_pylist()
-    positives, negatives = rows[:16], rows[16:]
-    assert 8 <= len(negatives) <= 32  # about one per trajectory
+                            max_seq_len=100_000, use_mch=True)
+    positives = prepare(table, settings).to_pylist()
     call_id = special_ids(load_tokenizer(str(trainer_tokenizer)))["tool_call_start"]
+    assert len(positives) == 16
     for row in positives:
         ends = tool_call_step_ends(np.array(row["input_ids"]), np.array(row["span_ids"]), call_id)
         assert row["mch_positions"] == ends and set(row["mch_labels"]) == {1} and row["lm_weight"] == 1
+    scores = {tid: float(i) for i, tid in enumerate(table.column("id").to_pylist())}
+    chosen = negative_documents(table, settings.read_settings(), 12, scores)
+    negatives = document_table(chosen, False).to_pylist()
+    assert len(negatives) == 12
     for row in negatives:
-        assert row["lm_weight"] == 0 and row["mch_labels"] == [0]
-        assert row["mch_positions"] == [len(row["input_ids"]) - 1]  # the wrong call ends the row
+        ends = tool_call_step_ends(np.array(row["input_ids"]), np.array(row["span_ids"]), call_id)
+        assert row["lm_weight"] == 0 and row["mch_positions"] == ends
+        assert ends[-1] == len(row["input_ids"]) - 1  # the wrong call ends the row: label 0
+        assert row["mch_labels"] == [1] * (len(ends) - 1) + [0]  # the source's correct calls: 1
+        assert row["complexity"] in scores.values()  # its source trajectory's score
+    again = document_table(negative_documents(table, settings.read_settings(), 12, scores), False)
+    assert again.to_pylist() == negatives  # the same choice on every epoch and rerun
 
 
-def test_bucketing_groups_similar_lengths():
-    lengths = np.random.default_rng(0).integers(10, 1000, size=64)
-    table = pa.table({"n_tokens": pa.array(lengths, pa.int32()), "row": np.arange(64)})
-    out = bucket_by_length(table, batch_size=8, seed=0)
-    assert sorted(out.column("row").to_pylist()) == list(range(64))
-    batches = np.array(out.column("n_tokens").to_pylist()).reshape(8, 8)
-    padding = (batches.max(1, keepdims=True) - batches).sum() / batches.sum()
-    assert padding < 0.1
-
-
-def test_ray_data_stream_yields_padded_batches_with_negatives(pipeline_out, trainer_tokenizer):
+def test_a_document_without_trained_tokens_is_not_emitted(pipeline_out, trainer_tokenizer):
+    table = pq.read_table(_first_shard(pipeline_out), columns=list(TRAJECTORY_COLUMNS)).slice(0, 4)
     settings = DataSettings(shards=str(pipeline_out), tokenizer=str(trainer_tokenizer),
-                            max_seq_len=1024, batch_size=4, use_mch=True)
+                            max_seq_len=16)  # inside the system prompt: nothing to train
+    assert prepare(table, settings).num_rows == 0
+
+
+def _stream_batches(dataset, pad_id, with_topk=False):
+    return list(dataset.iterator().iter_torch_batches(
+        batch_size=1, collate_fn=Collate(pad_id, with_topk=with_topk)))
+
+
+def test_every_batch_of_the_stream_has_lm_tokens_and_both_mch_classes(pipeline_out,
+                                                                      trainer_tokenizer):
+    settings = DataSettings(shards=str(pipeline_out), tokenizer=str(trainer_tokenizer),
+                            max_seq_len=1024, batch_size=3, mch_rows=2, use_mch=True,
+                            bucket_pool_batches=4)
     dataset, info = build_dataset(settings)
     assert info["negative_shards"] == 2 and not info["tokenised_in_shards"]
     pad_id = special_ids(load_tokenizer(str(trainer_tokenizer)))["pad"]
-    seen_negative = False
+    batches = _stream_batches(dataset, pad_id)
+    lm_documents = 0
     padding, tokens = 0, 0
-    for batch in dataset.iterator().iter_torch_batches(batch_size=4, collate_fn=Collate(pad_id),
-                                                       drop_last=True):
+    for batch in batches:
         real = batch["span_ids"] >= 0
         lengths = real.sum(1)
         assert torch_all_right_padded(real) and batch["input_ids"].shape[1] % 16 == 0
         assert batch["input_ids"].shape[1] <= 1024
         assert (batch["input_ids"][~real] == pad_id).all()
-        negative = batch["lm_weight"] == 0
-        seen_negative |= bool(negative.any())
-        for row in np.flatnonzero(negative.numpy()):
-            assert batch["mch_labels"][row, 0] == 0 and batch["mch_positions"][row, 0] == lengths[row] - 1
+        lm = batch["lm_weight"] > 0
+        trained = (batch["span_ids"][lm] == 1) | (batch["span_ids"][lm] == 2)
+        assert 1 <= int(lm.sum()) <= 3 and trained.any()  # every step has LM loss
+        assert int((~lm).sum()) == 2  # and exactly mch_rows negatives
+        labels = batch["mch_labels"][batch["mch_labels"] >= 0]
+        assert {0, 1} <= set(labels.tolist())  # both MCH classes
+        for row in np.flatnonzero((~lm).numpy()):
+            last = int((batch["mch_labels"][row] >= 0).sum()) - 1
+            assert batch["mch_labels"][row, last] == 0 and batch["mch_positions"][row, last] == lengths[row] - 1
+        lm_documents += int(lm.sum())
         padding += int((~real).sum())
         tokens += real.numel()
-    assert seen_negative and padding / tokens < 0.1
+    assert lm_documents == 96  # every trajectory exactly once per epoch
+    assert padding / tokens < 0.2
 
 
 def torch_all_right_padded(real) -> bool:
@@ -109,12 +136,12 @@ def torch_all_right_padded(real) -> bool:
 
 def test_stored_teacher_topk_reaches_the_batch_aligned(topk_out, trainer_tokenizer):
     settings = DataSettings(shards=str(topk_out), tokenizer=str(trainer_tokenizer),
-                            max_seq_len=512, batch_size=2, read_topk=True)
+                            max_seq_len=1024, batch_size=2, read_topk=True)
     dataset, info = build_dataset(settings)
     assert info["teacher_topk"] and info["tokenised_in_shards"]
-    # consume the whole (limited) stream: a half-read iterator leaves an executor behind
-    (batch,) = list(dataset.limit(2).iterator().iter_torch_batches(
-        batch_size=2, collate_fn=Collate(0, with_topk=True)))
+    # the whole stream (a limit would be pushed below the composing stage by Ray Data)
+    batch = _stream_batches(dataset, 0, with_topk=True)[0]
+    assert batch["input_ids"].shape[0] == 2
     present = batch["topk_present"]
     assistant = (batch["span_ids"] == 1) | (batch["span_ids"] == 2)
     assert present.equal(assistant)

@@ -11,7 +11,10 @@ import torch
 
 from tests.trainer.helpers import tiny_model
 from trainer.config import load_config
-from trainer.loop import forward_backward
+from trainer.collate import Documents
+from trainer.loop import admit, embedding_mode, forward_backward
+from trainer.losses import balanced_mch_loss
+from trainer.metrics import RunningAUROC, auroc
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,9 +61,13 @@ def _grads(model):
 @pytest.mark.parametrize("teacher", ["onehot", "topk"])
 def test_step_reports_span_losses_and_trains_the_heads(teacher):
     model = _model()
-    metrics = forward_backward(_config(f"loss.teacher={teacher}"), LocalEngine(model), _batch(), None)
+    metrics, scored = forward_backward(_config(f"loss.teacher={teacher}"), LocalEngine(model),
+                                       _batch(), None)
     assert metrics["reason"] > 0 and metrics["act"] > 0 and metrics["mch_steps"] == 2
-    assert metrics["tokens"] == 128 and metrics["reason_tokens"] == 20  # 12 + 8 in row 1; row 2 is a negative
+    assert metrics["mch_negatives"] == 1 and scored["mch_step_labels"] == [1, 0]
+    assert len(scored["mch_scores"]) == 2
+    assert metrics["tokens"] == 128 and metrics["lm_tokens"] == 64  # the negative row is not LM
+    assert metrics["reason_tokens"] == 20  # 12 + 8 in row 1; row 2 is a negative
     grads = _grads(model)
     assert grads["act_embed_tokens.weight"].abs().sum() > 0 and grads["mch.score.weight"].abs().sum() > 0
 
@@ -70,7 +77,7 @@ def test_online_teacher_step(tmp_path):
     teacher.save_pretrained(tmp_path)
     model = _model()
     cfg = _config("loss.teacher=online", f"loss.teacher_model={tmp_path}")
-    metrics = forward_backward(cfg, LocalEngine(model), _batch(), teacher)
+    metrics, _ = forward_backward(cfg, LocalEngine(model), _batch(), teacher)
     assert metrics["reason"] > 0 and all(torch.isfinite(g).all() for g in _grads(model).values())
 
 
@@ -78,7 +85,7 @@ def test_pcgrad_equals_plain_backward_when_gradients_agree():
     plain, projected = _model(), _model()
     batch = _batch()
     forward_backward(_config(), LocalEngine(plain), batch, None)
-    metrics = forward_backward(_config("loss.pcgrad=true"), LocalEngine(projected), batch, None)
+    metrics, _ = forward_backward(_config("loss.pcgrad=true"), LocalEngine(projected), batch, None)
     a, b = _grads(plain), _grads(projected)
     assert set(a) <= set(b)
     if not metrics["pcgrad_conflict"]:
@@ -86,3 +93,54 @@ def test_pcgrad_equals_plain_backward_when_gradients_agree():
             torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-6)
     else:  # projected: the update differs, but only by removing the conflicting component
         assert any(not torch.allclose(a[n], b[n]) for n in a)
+
+
+def test_curriculum_never_leaves_a_batch_of_negatives_alone():
+    import numpy as np
+
+    ids = [np.arange(5), np.arange(3)]  # an LM document and an MCH negative
+    documents = Documents(ids, [np.ones(5), np.full(3, 2)], np.array([1.0, 0.0], np.float32),
+                          np.array([2.0, 1.0], np.float32), [np.array([4]), np.array([2])],
+                          [np.array([1]), np.array([0])])
+    assert admit(documents, np.array([False, True])) is None
+    kept = admit(documents, np.array([True, False]))
+    assert len(kept) == 1 and kept.lm_weight.tolist() == [1.0] and kept.input_ids[0].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_a_repairs_wrong_call_is_embedded_in_code_mode_but_not_trained():
+    batch = _batch()
+    assert embedding_mode(_config(), batch, 5) is None  # no ERROR span: the model decides
+    batch["span_ids"] = batch["span_ids"].clone()
+    batch["span_ids"][:, 28:38] = 4  # the first call becomes a repair's wrong call
+    mode = embedding_mode(_config(), batch, 5)
+    assert mode[:, 29:38].all() and not mode[:, 28].any() and not mode[:, :28].any()
+    assert mode[:, 56:].equal(batch["input_ids"][:, 56:].new_zeros(2, 8, dtype=torch.bool))  # no <tool_call>
+    assert embedding_mode(_config("model.split_embeddings=false"), batch, 5) is None
+    model = _model()
+    metrics, scored = forward_backward(_config(), LocalEngine(model), batch, None)
+    assert metrics["act_tokens"] == 8  # the 10 wrong-call tokens are no longer ACT targets
+
+
+def test_mch_loss_is_class_balanced():
+    logits = torch.tensor([[2.0, 2.0, 2.0, 2.0, -1.0]])
+    labels = torch.tensor([[1, 1, 1, 1, 0]])
+    loss, count = balanced_mch_loss(logits, labels)
+    positive = torch.nn.functional.softplus(torch.tensor(-2.0))
+    negative = torch.nn.functional.softplus(torch.tensor(-1.0))
+    assert count == 5 and loss.item() == pytest.approx(((positive + negative) / 2).item())
+    only_positive, _ = balanced_mch_loss(logits[:, :4], labels[:, :4])
+    assert only_positive.item() == pytest.approx(positive.item())
+    empty, count = balanced_mch_loss(logits, torch.full_like(labels, -1))
+    assert count == 0 and empty.item() == 0 and empty.requires_grad is False
+
+
+def test_running_auroc_covers_the_last_window_of_labelled_steps():
+    assert auroc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == pytest.approx(0.75)
+    assert auroc([0.5, 0.5], [0, 1]) == pytest.approx(0.5) and auroc([1.0], [1]) is None
+    running = RunningAUROC(window=4)
+    running.update([0.9, 0.8], [1, 1])
+    assert running.value() is None  # one class only
+    running.update([0.1, 0.95], [0, 0])
+    assert running.value() == pytest.approx(0.5)
+    running.update([0.99, 0.98], [1, 1])  # the window keeps the last 4: 0.1/0, 0.95/0 + two 1s
+    assert running.value() == pytest.approx(1.0)

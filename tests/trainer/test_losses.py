@@ -56,7 +56,8 @@ def test_topk_with_k_equal_vocab_is_the_full_kl():
     torch.testing.assert_close(got, full_kl(student, teacher), rtol=1e-5, atol=1e-5)
 
 
-def test_topk_path_equals_online_path_when_k_is_the_vocab():
+@pytest.mark.parametrize("temperature", [1.0, 2.0, 4.0])
+def test_topk_path_equals_online_path_when_k_is_the_vocab(temperature):
     torch.manual_seed(1)
     vocab, length = 12, 9
     student_hidden = torch.randn(2, length, vocab)
@@ -70,9 +71,58 @@ def test_topk_path_equals_online_path_when_k_is_the_vocab():
                          topk_present=torch.ones(2, length, dtype=torch.bool))
     online = TeacherSignal("online", hidden=teacher_logits, head=identity_head(vocab))
     head = identity_head(vocab)
-    a = per_token_losses(student_hidden, head, ids, topk, LossSettings())
-    b = per_token_losses(student_hidden, head, ids, online, LossSettings())
+    settings = LossSettings(temperature=temperature)
+    student_hidden.requires_grad_(True)
+    a = per_token_losses(student_hidden, head, ids, topk, settings)
+    b = per_token_losses(student_hidden, head, ids, online, settings)
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert (a > 1e-3).all()  # different models: a real divergence, not a vacuous 0 == 0
+    (grad_a,) = torch.autograd.grad(a.sum(), student_hidden, retain_graph=True)
+    (grad_b,) = torch.autograd.grad(b.sum(), student_hidden)
+    torch.testing.assert_close(grad_a, grad_b, rtol=1e-4, atol=1e-5)
+
+
+def _stored_topk(logprobs: torch.Tensor, k: int) -> TeacherSignal:
+    """The top-k of `logprobs` [B, T, V] stored as a teacher's, aligned like the shards:
+    entry t describes token t (what position t-1 predicts)."""
+    values, order = logprobs.topk(k, dim=-1)
+    return TeacherSignal("topk", topk_ids=torch.roll(order, 1, dims=1),
+                         topk_logprobs=torch.roll(values, 1, dims=1),
+                         topk_present=torch.ones(logprobs.shape[:2], dtype=torch.bool))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 2.0, 4.0])
+def test_stored_topk_kl_is_zero_when_the_student_is_the_teacher(temperature):
+    torch.manual_seed(3)
+    vocab, length, k = 64, 10, 8
+    logits = torch.randn(2, length, vocab)
+    teacher = _stored_topk(torch.log_softmax(logits, -1), k)
+    tail = 1 - teacher.topk_logprobs.exp().sum(-1)
+    assert (tail > 0.05).all()  # a real tail bucket is in play
+    ids = torch.randint(0, vocab, (2, length))
+    settings = LossSettings(temperature=temperature)
+    same = per_token_losses(logits, identity_head(vocab), ids, teacher, settings)
+    assert same.abs().max().item() < 1e-5
+    other = per_token_losses(logits.roll(1, dims=-1), identity_head(vocab), ids, teacher, settings)
+    assert (other > 1e-2).all()
+
+
+def test_tempered_topk_kl_matches_hand_computation_on_buckets():
+    teacher_p, student_logits = [0.6, 0.3], torch.tensor([2.0, 1.0, 0.0, -1.0])
+    q = torch.softmax(student_logits, -1).tolist()
+    student_buckets = [q[1], q[0], q[2] + q[3]]  # teacher ids [1, 0]; tail = tokens 2 and 3
+    teacher_buckets = [0.6, 0.3, 0.1]
+    temperature = 2.0
+
+    def temper(p):
+        powered = [x ** (1 / temperature) for x in p]
+        return [x / sum(powered) for x in powered]
+
+    t, s = temper(teacher_buckets), temper(student_buckets)
+    expected = sum(a * math.log(a / b) for a, b in zip(t, s))
+    got = topk_kl(torch.log_softmax(student_logits, -1), torch.tensor([1, 0]),
+                  torch.tensor(teacher_p).log(), temperature)
+    assert got.item() == pytest.approx(expected, abs=1e-6)
 
 
 def _batch(vocab=7):
