@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.losses import LossSettings, TeacherSignal, full_kl, make_loss_fn, \
+from trainer.losses import LossSettings, TeacherSignal, combine, full_kl, make_loss_fn, \
     pcgrad_combine, per_token_losses, span_means, topk_kl
 
 PROMPT, REASON, ACT, OBS = 0, 1, 2, 3
@@ -207,3 +207,48 @@ def test_pcgrad_projects_conflicting_gradients_only():
     assert not conflict and torch.allclose(summed, torch.tensor([2.0, 1.0]))
     combined, _ = pcgrad_combine([None, torch.ones(2)], [torch.ones(3), None])
     assert combined[0].shape == (3,) and combined[1].shape == (2,)
+
+
+@pytest.mark.parametrize("kind", ["onehot", "topk", "online"])
+@pytest.mark.parametrize("objective", ["sad", "token_kd"])
+def test_loss_on_trained_positions_only_equals_the_full_computation(kind, objective):
+    """make_loss_fn runs the heads only where the loss is used (REASON/ACT targets of
+    weight > 0): the same loss and the same gradients as computing every position."""
+    torch.manual_seed(1)
+    batch, length, hidden_size, vocab, k = 3, 40, 8, 23, 5
+    hidden = torch.randn(batch, length, hidden_size, requires_grad=True)
+    head = nn.Linear(hidden_size, vocab, bias=False)
+    ids = torch.randint(0, vocab, (batch, length))
+    spans = torch.randint(0, 4, (batch, length))
+    spans[2, 30:] = -1  # padding
+    weight = torch.tensor([1.0, 0.0, 0.5])  # row 1: an MCH negative, no LM loss
+    teacher_head = nn.Linear(hidden_size, vocab, bias=False)
+    signals = {
+        "onehot": TeacherSignal("onehot"),
+        "topk": TeacherSignal("topk", topk_ids=torch.randint(0, vocab, (batch, length, k)),
+                              topk_logprobs=torch.log_softmax(torch.randn(batch, length, k + 1), -1)[..., :k],
+                              topk_present=torch.rand(batch, length) > 0.3),
+        "online": TeacherSignal("online", hidden=torch.randn(batch, length, hidden_size),
+                                head=teacher_head)}
+    settings = LossSettings(objective, lambda_act=2.0, temperature=2.0, chunk_size=7)
+    loss, parts = make_loss_fn(ids, spans, signals[kind], settings, weight)(hidden, head)
+    (grad_hidden, grad_head) = torch.autograd.grad(loss, [hidden, head.weight])
+    every = per_token_losses(hidden, head, ids, signals[kind], settings)  # all positions
+    full_parts = span_means(every, spans, weight)
+    full = combine(full_parts, settings)
+    (full_grad_hidden, full_grad_head) = torch.autograd.grad(full, [hidden, head.weight])
+    assert int(parts["reason_tokens"] + parts["act_tokens"]) > 20
+    torch.testing.assert_close(loss, full)
+    torch.testing.assert_close(grad_hidden, full_grad_hidden)
+    torch.testing.assert_close(grad_head, full_grad_head)
+    assert grad_hidden[1].abs().sum() == 0  # the weight-0 row gets no gradient
+
+
+def test_loss_with_no_trained_position_is_zero_and_backpropagates():
+    hidden = torch.randn(1, 6, 4, requires_grad=True)
+    head = nn.Linear(4, 9, bias=False)
+    spans = torch.tensor([[0, 0, 3, 3, 0, -1]])  # prompt and observation only
+    loss, _ = make_loss_fn(torch.zeros(1, 6, dtype=torch.long), spans, TeacherSignal(),
+                           LossSettings())(hidden, head)
+    loss.backward()
+    assert float(loss) == 0.0 and hidden.grad is not None
