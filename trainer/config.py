@@ -26,7 +26,7 @@ class StrictModel(BaseModel):
 
 
 class ModelConfig(StrictModel):
-    builder: Literal["tiny", "qwen2_5_1_5b", "qwen2_5_32b"] | None = Field(
+    builder: Literal["tiny", "small", "qwen2_5_1_5b", "qwen2_5_32b"] | None = Field(
         "tiny", description="random-init shape from trainer.model.builders (ignored with init_from)")
     init_from: str | None = Field(None, description="local HF checkpoint (any Qwen2/Qwen2.5 or "
                                   "one of ours) to start from instead of random weights")
@@ -36,6 +36,10 @@ class ModelConfig(StrictModel):
     landmark_retrieval_topk: int = Field(4, ge=1, description="blocks opened per query when decoding")
     use_mch: bool = Field(True, description="meta-cognitive head (needs OUT/negatives to learn)")
     mch_detach_backbone: bool = Field(True, description="MCH loss leaves the backbone alone")
+    train_layers: int | None = Field(None, ge=0, description="train only the top N decoder "
+                                     "layers (+ final norm and MCH); embeddings, head and the "
+                                     "layers below stay frozen, so backward stops at layer "
+                                     "L-N: for a pretrained start on CPU (null = train all)")
     gradient_checkpointing: bool = Field(False, description="recompute layers in backward: "
                                          "~30% more compute for activation memory ~1 layer")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="weights dtype "

@@ -39,12 +39,13 @@ class DDPEngine:
     (or left alone on one worker)."""
 
     def __init__(self, model: nn.Module, optim: OptimConfig, max_steps: int,
-                 find_unused_parameters: bool = True) -> None:
-        import ray.train.torch
+                 find_unused_parameters: bool = True, wrap: bool = True) -> None:
+        self.unwrapped = self.module = model
+        if wrap:  # wrap=False: one process without Ray Train (benchmarks, GPU self-checks)
+            import ray.train.torch
 
-        self.unwrapped = model
-        self.module = ray.train.torch.prepare_model(
-            model, parallel_strategy_kwargs={"find_unused_parameters": find_unused_parameters})
+            self.module = ray.train.torch.prepare_model(
+                model, parallel_strategy_kwargs={"find_unused_parameters": find_unused_parameters})
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=optim.betas,
                                            weight_decay=optim.weight_decay)

@@ -173,10 +173,10 @@ def resolve_checkpoint(path: str) -> str:
 
 def rollout(checkpoint: str, tasks: list["Task"], *, max_steps: int = 12,
             generation: "GenerationConfig | None" = None, decoder: str = "policy",
-            on_invalid_turn: str = "stop", max_batch_size: int = 8,
+            on_invalid_turn: str = "stop", max_batch_size: int = 8, device: str = "cpu",
             ) -> tuple[list["Trajectory"], list["Turn"]]:
-    """Play `tasks` with the checkpoint: the trajectories, and the policy decoder's turns
-    (empty for the batched decoder)."""
+    """Play `tasks` with the checkpoint on `device`: the trajectories, and the policy
+    decoder's turns (empty for the batched decoder)."""
     from datagen.teachers.config import EpisodeConfig, HFConfig, SamplingConfig, TeacherConfig
     from datagen.teachers.hf import HFBackend
     from datagen.teachers.llm import LLMTeacher
@@ -189,7 +189,7 @@ def rollout(checkpoint: str, tasks: list["Task"], *, max_steps: int = 12,
     checkpoint = resolve_checkpoint(checkpoint)
     config = TeacherConfig(
         backend="hf", name="eval",
-        hf=HFConfig(model=checkpoint, max_batch_size=max_batch_size),
+        hf=HFConfig(model=checkpoint, max_batch_size=max_batch_size, device=device),
         sampling=SamplingConfig(temperature=generation.temperature, logprobs=0,
                                 max_tokens_per_turn=generation.max_new_tokens,
                                 seed=generation.seed),

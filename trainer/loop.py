@@ -26,6 +26,7 @@ from trainer.engines import DDPEngine, world_size
 from trainer.losses import (ACT, LossSettings, TeacherSignal, balanced_mch_loss, make_loss_fn,
                             pcgrad_combine)
 from trainer.model import BUILDERS, AgentQwen2Config, AgentQwen2ForCausalLM
+from trainer.model.builders import freeze_below_top_layers
 from trainer.model.split_embedding import act_mode_from_spans
 from trainer.tokens import ERROR as ERROR_SPAN_ID
 
@@ -116,9 +117,14 @@ def build_student(cfg: TrainConfig, special: dict[str, int], vocab_size: int,
     if resume_dir and _zero3(ds_config):
         return _construct_partitioned(AgentQwen2Config.from_pretrained(resume_dir), dtype, ds_config)
     if resume_dir or cfg.model.init_from:
-        return _from_pretrained(resume_dir or cfg.model.init_from, cfg, special, dtype, ds_config)
-    config = BUILDERS[cfg.model.builder](vocab_size=vocab_size, **modification_kwargs(cfg, special))
-    return AgentQwen2ForCausalLM(config).to(dtype)
+        model = _from_pretrained(resume_dir or cfg.model.init_from, cfg, special, dtype, ds_config)
+    else:
+        config = BUILDERS[cfg.model.builder](vocab_size=vocab_size,
+                                             **modification_kwargs(cfg, special))
+        model = AgentQwen2ForCausalLM(config).to(dtype)
+    if cfg.model.train_layers is not None:
+        freeze_below_top_layers(model, cfg.model.train_layers)
+    return model
 
 
 def load_teacher(cfg: TrainConfig, device: torch.device) -> AgentQwen2ForCausalLM | None:
@@ -142,9 +148,11 @@ def teacher_signal(cfg: TrainConfig, batch: dict[str, torch.Tensor],
         return TeacherSignal("topk", topk_ids=batch["topk_ids"],
                              topk_logprobs=batch["topk_logprobs"],
                              topk_present=batch["topk_present"])
-    with torch.no_grad():
-        out = teacher(input_ids=batch["input_ids"], position_ids=batch.get("position_ids"),
-                      use_cache=False, return_hidden=True, logits_to_keep=1)
+    with torch.no_grad():  # span_ids: a teacher with split embeddings reads ACT in code mode
+        out = teacher(input_ids=batch["input_ids"], span_ids=batch["span_ids"],
+                      act_mode=embedding_mode(cfg, batch, teacher.config.tool_call_start_id),
+                      position_ids=batch.get("position_ids"), use_cache=False,
+                      return_hidden=True, logits_to_keep=1)
     return TeacherSignal("online", hidden=out.hidden, head=teacher.lm_head)
 
 

@@ -81,6 +81,21 @@ def test_online_teacher_step(tmp_path):
     assert metrics["reason"] > 0 and all(torch.isfinite(g).all() for g in _grads(model).values())
 
 
+def test_online_teacher_with_split_embeddings_reads_act_in_code_mode():
+    """A teacher that is the student itself gives KL 0 on REASON and ACT: the teacher's
+    forward gets the span ids, so its ACT positions use its ACT embedding as the student's
+    do (without them it read every position with the base embedding)."""
+    import copy
+
+    model = _model()
+    with torch.no_grad():
+        model.act_embed_tokens.weight.add_(torch.randn_like(model.act_embed_tokens.weight))
+    teacher = copy.deepcopy(model).eval()
+    cfg = _config("loss.teacher=online", "loss.teacher_model=the-student-itself")
+    metrics, _ = forward_backward(cfg, LocalEngine(model), _batch(), teacher)
+    assert abs(metrics["act"]) < 1e-5 and abs(metrics["reason"]) < 1e-5
+
+
 def test_pcgrad_equals_plain_backward_when_gradients_agree():
     plain, projected = _model(), _model()
     batch = _batch()
@@ -144,3 +159,16 @@ def test_running_auroc_covers_the_last_window_of_labelled_steps():
     assert running.value() == pytest.approx(0.5)
     running.update([0.99, 0.98], [1, 1])  # the window keeps the last 4: 0.1/0, 0.95/0 + two 1s
     assert running.value() == pytest.approx(1.0)
+
+
+def test_train_layers_freezes_everything_below_the_top_layers():
+    from trainer.loop import build_student
+
+    cfg = _config("model.train_layers=1")
+    student = build_student(cfg, {"tool_call_start": 5, "im_end": 6, "pad": 0}, 320, None, None)
+    trainable = {name for name, p in student.named_parameters() if p.requires_grad}
+    assert trainable and all(name.startswith(("model.layers.1.", "model.norm.", "mch."))
+                             for name in trainable)
+    assert "model.embed_tokens.weight" not in trainable and "act_embed_tokens.weight" not in trainable
+    forward_backward(cfg, LocalEngine(student), _batch(), None)
+    assert set(_grads(student)) == trainable

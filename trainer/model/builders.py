@@ -27,6 +27,14 @@ def tiny(**overrides: Any) -> AgentQwen2Config:
     return AgentQwen2Config(**{**fields, **overrides})
 
 
+def small(**overrides: Any) -> AgentQwen2Config:
+    """`tiny` twice as wide and deep (hidden 256, 4 layers, 4 heads of 64, ~4M parameters
+    besides the embeddings): the soft teacher of benchmarks/learning_effect.py."""
+    fields = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=2)
+    return tiny(**{**fields, **overrides})
+
+
 def qwen2_5_1_5b(**overrides: Any) -> AgentQwen2Config:
     """Qwen2.5-1.5B's shape (1.54B parameters): the GPU self-check's model."""
     fields = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
@@ -51,7 +59,7 @@ def qwen2_5_32b(**overrides: Any) -> AgentQwen2Config:
 
 
 BUILDERS: dict[str, Callable[..., AgentQwen2Config]] = {
-    "tiny": tiny, "qwen2_5_1_5b": qwen2_5_1_5b, "qwen2_5_32b": qwen2_5_32b,
+    "tiny": tiny, "small": small, "qwen2_5_1_5b": qwen2_5_1_5b, "qwen2_5_32b": qwen2_5_32b,
 }
 
 
@@ -60,6 +68,19 @@ def build_model(config: AgentQwen2Config, dtype: torch.dtype = torch.float32,
     """A randomly initialised model of `config` (seed with torch.manual_seed first)."""
     model = AgentQwen2ForCausalLM(config)
     return model.to(dtype)
+
+
+def freeze_below_top_layers(model: AgentQwen2ForCausalLM, train_layers: int) -> None:
+    """Leave only the top `train_layers` decoder layers, the final norm and the MCH
+    trainable. Embeddings (base and ACT) and the head, tied or not, are frozen too: a
+    trainable input embedding would pull the backward pass through every layer again."""
+    model.requires_grad_(False)
+    layers = model.model.layers
+    for layer in layers[len(layers) - min(train_layers, len(layers)):]:
+        layer.requires_grad_(True)
+    model.model.norm.requires_grad_(True)
+    if getattr(model, "mch", None) is not None:
+        model.mch.requires_grad_(True)
 
 
 def count_parameters(model: torch.nn.Module, trainable_only: bool = True) -> int:
