@@ -11,7 +11,8 @@ from trainer.config import ConfigError, load_config
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name", ["train_tiny.yaml", "train_qwen2_5_32b_zero3.yaml"])
+@pytest.mark.parametrize("name", ["train_tiny.yaml", "train_smollm2_gpu.yaml",
+                                  "train_qwen2_5_32b_zero3.yaml"])
 def test_shipped_recipes_validate(name):
     cfg = load_config(ROOT / "configs" / name)
     assert cfg.run.max_steps > 0

@@ -24,7 +24,8 @@ def _config(run_dir, shards, tokenizer, max_steps, *extra):
     return load_config(ROOT / "configs" / "train_tiny.yaml", [
         f"run_dir={run_dir}", f"shards={shards}", f"tokenizer={tokenizer}",
         f"run.max_steps={max_steps}", "run.save_every=8", "run.progress=false",
-        "data.max_seq_len=1024", "data.batch_size=4", "model.landmark_block_size=128",
+        "data.max_seq_len=1024", "data.batch_size=4", "model.use_landmark=true",
+        "model.landmark_block_size=128",
         "optim.warmup_steps=3", *extra])
 
 

@@ -113,7 +113,8 @@ def test_packing_crossing_documents_would_change_the_loss():
 def test_packing_with_landmark_attention_is_refused_naming_the_fields():
     with pytest.raises(ConfigError, match="data.packing needs model.use_landmark: false"):
         load_config(ROOT / "configs" / "train_tiny.yaml",
-                    ["run_dir=r", "shards=s", "tokenizer=t", "data.packing=true"])
+                    ["run_dir=r", "shards=s", "tokenizer=t", "data.packing=true",
+                     "model.use_landmark=true"])
     cfg = load_config(ROOT / "configs" / "train_tiny.yaml", ["run_dir=r", "shards=s", "tokenizer=t",
                                                               "data.packing=true",
                                                               "model.use_landmark=false"])

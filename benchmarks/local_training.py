@@ -1,0 +1,170 @@
+"""Training in one process without a Ray cluster, for benchmarks that compare recipes per
+CPU-second: the library's own training step (`trainer.loop.forward_backward`, the student
+and teacher builders, the lr schedule of `trainer.engines`) on the micro-batches the data
+stream composes (`trainer.data.training_batches`, called in-process), so a figure measured
+here is what `python -m trainer fit` computes per step, without Ray Data's reader process
+and Ray Train's worker around it (which `fit` adds: ~10-20 s to start, and a CPU for the
+reader).
+
+    rows = composed_rows(data_settings(cfg)).take(steps)  # the stream, in order, as dicts
+    result = train_locally(cfg, rows, out_dir)           # HF checkpoint + tokenizer in out_dir
+
+CPU time is this process's (`time.process_time`): the training steps only; composing the
+rows is timed apart (`ComposedRows.cpu_seconds`).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from trainer.collate import Collate
+from trainer.config import TrainConfig
+from trainer.data import DataSettings, training_batches
+from trainer.documents import TRAJECTORY_COLUMNS
+from trainer.engines import DDPEngine
+from trainer.fit import data_settings
+from trainer.loop import build_student, forward_backward, load_teacher, round_up
+from trainer.tokens import load_tokenizer, special_ids
+
+
+@dataclass
+class ComposedRows:
+    """One epoch of the stream: composed micro-batches as the training loop gets them."""
+
+    epoch: list[dict[str, list]]
+    cpu_seconds: float                # reading, tokenising and composing them
+
+    def take(self, steps: int) -> list[dict[str, list]]:
+        """The first `steps` micro-batches, epochs repeating (the stream's fixed seed gives
+        the same batches every epoch)."""
+        return [self.epoch[i % len(self.epoch)] for i in range(steps)]
+
+    def epochs(self, steps: int) -> float:
+        return steps / len(self.epoch)
+
+    def spread(self, count: int) -> list[dict[str, list]]:
+        """`count` micro-batches evenly spread over the epoch (a cost sample: batches are
+        length-bucketed, so the first few can be all short or all long)."""
+        return [self.epoch[i * len(self.epoch) // count] for i in range(count)]
+
+
+def _epoch_rows(settings: DataSettings, files: list[str]) -> list[dict[str, list]]:
+    pool = settings.batch_size * settings.bucket_pool_batches
+    rows: list[dict[str, list]] = []
+    for path in files:
+        table = pq.read_table(path, columns=list(TRAJECTORY_COLUMNS))
+        table = table.append_column("path", pa.array([path] * table.num_rows))
+        for start in range(0, table.num_rows, pool):
+            batches = training_batches(table.slice(start, pool), settings)
+            rows.extend({name: [value] for name, value in batch.items()}
+                        for batch in batches.to_pylist())
+    return rows
+
+
+def composed_rows(settings: DataSettings) -> ComposedRows:
+    """An epoch of the stream: shards in an order drawn from the seed (Ray Data's
+    `randomize_block_order`, one block per shard here), pools of consecutive rows."""
+    started = time.process_time()
+    files = sorted(glob.glob(f"{settings.shards}/trajectories/part-*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"no trajectory shards under {settings.shards}/trajectories")
+    order = np.random.default_rng(settings.seed).permutation(len(files))
+    epoch = _epoch_rows(settings, [files[i] for i in order])
+    if not epoch:
+        raise ValueError("the shards yield no micro-batch (no REASON/ACT within max_seq_len)")
+    return ComposedRows(epoch, time.process_time() - started)
+
+
+@dataclass
+class LocalRun:
+    checkpoint: str
+    steps: int
+    cpu_seconds: float
+    wall_seconds: float
+    tokens: int                       # real tokens of all rows (LM documents + negatives)
+    lm_tokens: int                    # tokens of LM documents
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        tail = self.log[-max(1, len(self.log) // 10):] or [{"lm_loss": float("nan")}]
+        return {"steps": self.steps, "cpu_s": round(self.cpu_seconds, 1),
+                "wall_s": round(self.wall_seconds, 1),
+                "tokens_per_cpu_s": round(self.tokens / max(self.cpu_seconds, 1e-9), 1),
+                "lm_tokens_per_cpu_s": round(self.lm_tokens / max(self.cpu_seconds, 1e-9), 1),
+                "final_lm_loss": round(float(np.mean([r["lm_loss"] for r in tail])), 4)}
+
+
+def cpu_seconds_per_step(cfg: TrainConfig, rows: list[dict[str, list]]) -> float:
+    """Mean CPU seconds of a training step over `rows` (a throwaway model; the first step,
+    which allocates, is left out)."""
+    probe = train_locally(cfg.model_copy(update={"run": cfg.run.model_copy(
+        update={"max_steps": len(rows) + 1})}), [rows[0]] + rows, None)
+    return float(np.mean([record["cpu_s"] for record in probe.log[1:]]))
+
+
+def steps_for_budget(cfg: TrainConfig, rows: list[dict[str, list]], cpu_budget_s: float,
+                     ) -> int:
+    """Steps that fill `cpu_budget_s` CPU seconds at this recipe's measured step cost."""
+    return max(1, math.floor(cpu_budget_s / cpu_seconds_per_step(cfg, rows)))
+
+
+def train_locally(cfg: TrainConfig, rows: list[dict[str, list]], out_dir: str | Path | None,
+                  max_cpu_s: float | None = None) -> LocalRun:
+    """`cfg.run.max_steps` steps over `rows` (cycled) from a fresh student, or fewer when
+    the CPU time passes `max_cpu_s` (a guard for unattended runs; the schedule is then cut
+    short); the checkpoint (Hugging Face weights + tokenizer + metrics.jsonl) goes to
+    `out_dir` unless None."""
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    special = special_ids(tokenizer)
+    model = build_student(cfg, special, round_up(len(tokenizer)), None, None)
+    engine = DDPEngine(model.train(), cfg.optim, cfg.run.max_steps, wrap=False)
+    teacher = load_teacher(cfg, torch.device("cpu"))
+    collate = Collate(special["pad"], with_topk=cfg.loss.teacher == "topk",
+                      pack_to=cfg.data.max_seq_len if cfg.data.packing else None)
+    run = LocalRun(str(out_dir) if out_dir else "", 0, 0.0, 0.0, 0, 0)
+    started, started_cpu = time.perf_counter(), time.process_time()
+    for step in range(cfg.run.max_steps):
+        step_cpu = time.process_time()
+        batch = collate.tensors(collate.documents(rows[step % len(rows)]))
+        lr = engine.lr
+        metrics, _ = forward_backward(cfg, engine, batch, teacher)
+        grad_norm = engine.step()
+        run.tokens += int(metrics["tokens"])
+        run.lm_tokens += int(metrics["lm_tokens"])
+        run.log.append({"step": step + 1, "cpu_s": round(time.process_time() - step_cpu, 4),
+                        "cpu_total_s": round(time.process_time() - started_cpu, 2),
+                        "lm_loss": round(metrics["lm_loss"], 5),
+                        "reason": round(metrics["reason"], 5), "act": round(metrics["act"], 5),
+                        "mch": round(metrics["mch"], 5), "tokens": int(metrics["tokens"]),
+                        "lr": lr, "grad_norm": round(grad_norm, 4)})
+        if max_cpu_s is not None and time.process_time() - started_cpu > max_cpu_s:
+            break
+    run.steps = len(run.log)
+    run.cpu_seconds = time.process_time() - started_cpu
+    run.wall_seconds = time.perf_counter() - started
+    if out_dir is not None:
+        save_checkpoint(model, cfg, run, Path(out_dir))
+    return run
+
+
+def save_checkpoint(model: torch.nn.Module, cfg: TrainConfig, run: LocalRun, out: Path) -> None:
+    """Hugging Face weights + tokenizer (what `trainer eval` and `model.init_from` read),
+    the config that made them and the per-step log."""
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    load_tokenizer(cfg.tokenizer).save(out)
+    (out / "train_config.json").write_text(cfg.model_dump_json(indent=2))
+    with open(out / "metrics.jsonl", "w") as handle:
+        for record in run.log:
+            handle.write(json.dumps(record) + "\n")
