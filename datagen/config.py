@@ -16,6 +16,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
+from datagen.credentials import redact_credentials
 from datagen.envs import available_envs, import_modules, resolve_env
 from datagen.teachers.config import TeacherConfig  # backend sections live with the teachers
 
@@ -219,9 +220,17 @@ RUN_ONLY_FIELDS = {"out", "num_workers", "max_in_flight", "overwrite", "progress
                    "max_worker_restarts", "worker_resources"}
 
 
+def public_dump(config: GenerateConfig) -> dict[str, Any]:
+    """The config as datagen writes it beside the data (_run.json, manifest, card): every
+    field that changes the data, run-only fields left out, credentials redacted
+    (datagen/credentials.py). A config without credentials dumps as `model_dump` does."""
+    return redact_credentials(config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS))
+
+
 def fingerprint(config: GenerateConfig) -> str:
-    """Hash of every field that changes the data (run-only fields excluded)."""
-    payload = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS)
+    """Hash of the public dump: of every field that changes the data, credentials redacted
+    (why not their real values: datagen/credentials.py)."""
+    payload = public_dump(config)
     return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
 
