@@ -130,6 +130,8 @@ def read_manifest(root: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise OutputUnreadable(f"{root} has no manifest.json: not a datagen output directory "
                                "(or its first run has not finished a chunk yet)") from None
+    except NotADirectoryError:
+        raise OutputUnreadable(f"{root} is a file, not a datagen output directory") from None
     except (OSError, orjson.JSONDecodeError) as exc:
         raise OutputUnreadable(f"{path} is unreadable ({exc}); rerun `datagen generate` with "
                                "the same config to rewrite it") from None
