@@ -29,6 +29,7 @@ from typing import Protocol
 
 import orjson
 
+from datagen.credentials import redact_argv
 from datagen.shards import LOCK_FILE, OutputConflict
 
 _COMMAND_CHARS = 300  # the owner record names the command; a pasted config would be noise
@@ -47,7 +48,11 @@ class LockOwner:
 
     @classmethod
     def current(cls, fingerprint: str) -> LockOwner:
-        command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:_COMMAND_CHARS]
+        """This process, its command line with credentials redacted (before the cut) and
+        non-UTF-8 argv bytes written as escapes (JSON has no form for them)."""
+        argv = redact_argv([Path(sys.argv[0]).name, *sys.argv[1:]])
+        command = (" ".join(argv).encode("utf-8", "backslashreplace").decode("utf-8")
+                   [:_COMMAND_CHARS])
         return cls(host=socket.gethostname(), pid=os.getpid(),
                    started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                    command=command, fingerprint=fingerprint)

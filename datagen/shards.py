@@ -4,6 +4,8 @@ Layout under OUT/:
     trajectories/part-000000.parquet ...   one shard per chunk per table (zstd level 1)
     _chunks/chunk-000000.json              written last: the chunk is complete
     _run.json                              fingerprint + config of the run that owns OUT
+                                           (every config written here has its credentials
+                                           redacted: datagen/credentials.py)
     _run.lock                              while a run holds OUT: its owner (datagen/runlock.py)
     manifest.json, README.md               written at the end of every run
 
@@ -35,6 +37,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from datagen.credentials import redact_credentials
 from datagen.rows import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -127,6 +130,8 @@ def read_manifest(root: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise OutputUnreadable(f"{root} has no manifest.json: not a datagen output directory "
                                "(or its first run has not finished a chunk yet)") from None
+    except NotADirectoryError:
+        raise OutputUnreadable(f"{root} is a file, not a datagen output directory") from None
     except (OSError, orjson.JSONDecodeError) as exc:
         raise OutputUnreadable(f"{path} is unreadable ({exc}); rerun `datagen generate` with "
                                "the same config to rewrite it") from None
@@ -155,15 +160,26 @@ class DroppedChunk:
     reason: str
 
 
-def _conflict(previous: dict[str, Any], fingerprint: str) -> str | None:
+def _conflict(previous: dict[str, Any], fingerprint: str,
+              config: dict[str, Any]) -> str | None:
     """Why OUT's previous run cannot be resumed by this config, or None."""
     if previous.get("schema_version") != SCHEMA_VERSION:
         return (f"holds shards of schema version {previous.get('schema_version')}; this "
                 f"datagen writes version {SCHEMA_VERSION} and will not mix them in one dataset")
-    if previous.get("fingerprint") != fingerprint:
+    if previous.get("fingerprint") != fingerprint and not _same_but_credentials(previous,
+                                                                               config):
         return (f"holds data generated with a different config (fingerprint "
                 f"{previous.get('fingerprint')}, this config {fingerprint})")
     return None
+
+
+def _same_but_credentials(previous: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether `previous` is a _run.json written before fingerprints left credentials out
+    (it stored the config as it was, credentials in it, and a hash of that) for this config
+    but for its credentials: the same data, so OUT is resumed and its record rewritten."""
+    stored = previous.get("config")
+    redacted = redact_credentials(stored)
+    return redacted != stored and redacted == redact_credentials(config)
 
 
 def _leftover(entry: Path) -> bool:
@@ -218,7 +234,7 @@ class ShardStore:
         previous = self._previous_run()
         if previous is None:
             self._refuse_foreign()
-        elif conflict := _conflict(previous, fingerprint):
+        elif conflict := _conflict(previous, fingerprint, config):
             if not overwrite:
                 raise OutputConflict(f"{self.root} {conflict}. Use another --out, or pass "
                                      "--overwrite to delete it and start again.")
@@ -228,7 +244,8 @@ class ShardStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self.tmp.mkdir(exist_ok=True)
         self.clear_tmp()
-        payload = {"fingerprint": fingerprint, "schema_version": SCHEMA_VERSION, "config": config}
+        payload = {"fingerprint": fingerprint, "schema_version": SCHEMA_VERSION,
+                   "config": redact_credentials(config)}
         _write_atomic(self.root / RUN_FILE, orjson.dumps(payload, option=orjson.OPT_INDENT_2),
                       self.tmp)
         self.markers.mkdir(exist_ok=True)
@@ -365,7 +382,7 @@ class ShardStore:
         manifest = {
             "schema_version": SCHEMA_VERSION,
             "fingerprint": fingerprint,
-            "config": config,
+            "config": redact_credentials(config),
             "complete": len(records) == total_chunks,
             "chunks": {"total": total_chunks, "complete": len(records)},
             "counts": {name: sum(s["rows"] for s in items) for name, items in shards.items()},
