@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from datagen.chunk import ChunkProcessor, plan_chunks
+from datagen.pipeline.chunk import ChunkProcessor, plan_chunks
 from datagen.config import GenerateConfig
 from datagen.rows import render
 from datagen.spans import check_tiling

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from datagen.config import ConfigError, load_config, parse_override
-from datagen.eval_irr import add_parser as add_eval_parser
-from datagen.eval_irr import run as run_eval
-from datagen.runlock import LockOwner, run_lock
-from datagen.shards import OutputConflict, OutputUnreadable
+from datagen.pipeline.eval_irr import add_parser as add_eval_parser
+from datagen.pipeline.eval_irr import run as run_eval
+from datagen.pipeline.runlock import LockOwner, run_lock
+from datagen.pipeline.shards import OutputConflict, OutputUnreadable
 
 # What a user can cause and fix: one line on stderr, exit code 2. Anything else is a bug and
 # keeps its traceback.
@@ -75,7 +75,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from datagen.pipeline import run_generation  # imports Ray: keep `--help` fast
+    from datagen.pipeline.driver import run_generation  # imports Ray: keep `--help` fast
 
     config = load_config(args.config, _overrides(args))
     with _out_errors(config.out):  # run_generation holds the run lock on OUT
@@ -85,7 +85,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from datagen.verify import repair, verify_output
+    from datagen.pipeline.verify import repair, verify_output
 
     report = verify_output(args.out, checksum=not args.quick)
     print(report.format())
@@ -104,7 +104,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from datagen.inspect import inspect_dataset
+    from datagen.pipeline.inspect import inspect_dataset
 
     print(inspect_dataset(args.out, samples=args.samples, seed=args.seed))
     return 0
