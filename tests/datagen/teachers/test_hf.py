@@ -43,6 +43,7 @@ def test_every_episode_fails_as_data_with_exact_tokens(hf_teacher, hf_trajectori
         assert not traj.success and traj.error, "a random model cannot solve a task"
         assert traj.error.split(":")[0] in {"turn 0", "turn 1", "turn 2", "wrong_answer",
                                             "max_turns"}
+        assert traj.error_kind and traj.error_kind in traj.error  # the kind to count by
         generated = check_trajectory_alignment(hf_teacher.tokenizer, traj, K)
         assert generated == traj.meta["completion_tokens"] > 0
         assert traj.meta["sampling"]["logprobs"] == K and traj.meta["tokenizer"]
