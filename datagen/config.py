@@ -17,7 +17,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_valid
                       model_validator)
 
 from datagen.credentials import redact_credentials
-from datagen.envs import available_envs, import_modules, resolve_env
+from datagen.envs import DEFAULT_ENVS, available_envs, import_modules, resolve_env
 from datagen.teachers.config import TeacherConfig  # backend sections live with the teachers
 
 
@@ -65,22 +65,55 @@ class EnvConfig(StrictModel):
         return name
 
 
-NEGATIVE_KINDS = ("type_error", "hallucinated_key", "logical_error")
+def _core_kinds() -> list[str]:
+    from mutators import KINDS  # imported when a config is built, not with this module
+
+    return list(KINDS)
+
+
+def _all_kinds() -> list[str]:
+    from mutators import SPECS
+
+    return list(SPECS)
+
+
+def _known_kinds(kinds: list[str]) -> list[str]:
+    """`kinds` if every one is in the mutators' registry (`mutators.SPECS`), without repeats."""
+    known = _all_kinds()
+    unknown = [kind for kind in kinds if kind not in known]
+    if unknown:
+        raise ValueError(f"unknown negative kind {', '.join(map(repr, unknown))}; the mutators' "
+                         f"registry has: {', '.join(known)}")
+    if len(set(kinds)) != len(kinds):
+        raise ValueError("a kind is listed twice")
+    return kinds
 
 
 class NegativesConfig(StrictModel):
     """Hard negatives for every correct tool call of a successful trajectory."""
 
     enabled: bool = Field(True, description="write the negatives table and its preference pairs")
-    kinds: list[Literal["type_error", "hallucinated_key", "logical_error"]] = Field(
-        default_factory=lambda: list(NEGATIVE_KINDS), description="core kinds to produce")
-    extra_kinds: bool = Field(False, description="also wrong_function and missing_required")
+    kinds: list[str] = Field(default_factory=_core_kinds, min_length=1, description=(
+        "kinds to produce, names from the mutators' registry: type_error, hallucinated_key, "
+        "logical_error (the default), wrong_function, missing_required"))
     execute: bool = Field(True, description="verify each logical error in the environment "
                           "(it must change the outcome); off = faster, unverified")
     max_env_checks: int = Field(12, ge=1, description="candidate executions per call")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _extra_kinds_folded(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "extra_kinds" in data:
+            raise ValueError("extra_kinds was folded into kinds: list the kinds to produce, "
+                             "e.g. kinds: [type_error, hallucinated_key, logical_error, "
+                             "wrong_function, missing_required]")
+        return data
 
-CRITIC_KINDS = NEGATIVE_KINDS + ("wrong_function", "missing_required")
+    @field_validator("kinds")
+    @classmethod
+    def _registered(cls, kinds: list[str]) -> list[str]:
+        return _known_kinds(kinds)
+
 
 # The critic runs in the chunk worker's process: backends that live there. vLLM engines are
 # Ray actors that play whole episodes; a served vLLM is reached through `openai`.
@@ -101,14 +134,18 @@ class CriticsConfig(StrictModel):
                                       "run's teacher when that is hf or openai")
     inject_rate: float = Field(0.5, ge=0, le=1, description="share of successful trajectories "
                                "that get one injected error and its repair")
-    kinds: list[Literal["type_error", "hallucinated_key", "logical_error", "wrong_function",
-                        "missing_required"]] = Field(default_factory=lambda: list(CRITIC_KINDS),
-                                                     description="error kinds to inject")
+    kinds: list[str] = Field(default_factory=_all_kinds, min_length=1, description="error "
+                             "kinds to inject, names from the mutators' registry (default: all)")
     repair_failed: bool = Field(True, description="also repair failed rollouts")
     safety_rate: float = Field(0.25, ge=0, le=1, description="share of successful trajectories "
                                "whose world is used for safety pairs")
     safety_per_trajectory: int = Field(2, ge=1, description="safety cases drawn per chosen "
                                        "trajectory (dangerous and benign look-alikes mixed)")
+
+    @field_validator("kinds")
+    @classmethod
+    def _registered(cls, kinds: list[str]) -> list[str]:
+        return _known_kinds(kinds)
 
     @model_validator(mode="after")
     def _llm_only_for_llm(self) -> CriticsConfig:
@@ -133,10 +170,12 @@ class GenerateConfig(StrictModel):
                             "Larger chunks amortise Ray overhead, smaller ones lose less on a kill")
     # env_modules comes before envs: fields validate in order, and the modules must be
     # imported before the environment names they register are checked.
-    env_modules: list[str] = Field(default_factory=list, description="modules to import so "
-                                   "their @register_env environments can be named in `envs`")
+    env_modules: list[str] = Field(default_factory=list, description="modules to import (on "
+                                   "the driver and every worker) so their @register_env "
+                                   "environments can be named in `envs` and their "
+                                   "@register_stage stages run")
     envs: list[EnvConfig] = Field(default_factory=lambda: [EnvConfig(name=n) for n in
-                                  ("sql", "fs", "enterprise")], min_length=1)
+                                  DEFAULT_ENVS], min_length=1)
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     negatives: NegativesConfig = Field(default_factory=NegativesConfig)
     critics: CriticsConfig = Field(default_factory=CriticsConfig)

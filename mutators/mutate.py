@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from mutators import extra_kinds, hallucinated_key, logical_error, type_error
 from mutators.jsonvalues import copy_json
 from mutators.negative import (ALL_KINDS, KINDS, KindSpec, MutationContext, MutationReport,
-                               Negative, Operator)
+                               Negative, Operator, Rejected)
 from mutators.outcome import OutcomeProbe
 from mutators.slots import walk
 from mutators.validate import (ToolInfo, ValidationError, call_arguments, load_tool,
@@ -35,18 +35,19 @@ MAX_TRIED = 64        # candidates validated per kind before giving up
 
 
 def _context(call: Any, tool: Any, env: Any, other_tools: Iterable[Any] | None,
-             ) -> MutationContext | str:
+             ) -> MutationContext | Rejected:
     """The shared context, or why the call cannot be mutated at all."""
     loaded = load_tool(tool)
     if isinstance(loaded, ValidationError):
-        return f"the tool spec is malformed: {loaded.message}"
+        return Rejected("malformed_tool", f"the tool spec is malformed: {loaded.message}")
     name, arguments, malformed = call_arguments(call)
     if malformed is not None:
-        return f"the call is malformed: {malformed.message}"
+        return Rejected("malformed_call", f"the call is malformed: {malformed.message}")
     errors = validate_with(call, loaded)
     if errors:
         shown = "; ".join(e.message for e in errors[:3])
-        return f"the original call is invalid ({shown}); negatives need a valid original"
+        return Rejected("invalid_original", f"the original call is invalid ({shown}); "
+                        "negatives need a valid original")
     others = [info for info in map(load_tool, _tool_list(other_tools, env))
               if isinstance(info, ToolInfo) and info.name != loaded.name]
     canonical = {"name": name, "arguments": copy_json(arguments)}
@@ -70,11 +71,11 @@ def can_execute(env: Any) -> bool:
     return all(callable(getattr(env, name, None)) for name in ("snapshot", "restore", "step"))
 
 
-def _run_kind(spec: KindSpec, ctx: MutationContext) -> Negative | str:
+def _run_kind(spec: KindSpec, ctx: MutationContext) -> Negative | Rejected:
     proposed = itertools.chain.from_iterable(operator(ctx) for operator in spec.operators)
     candidates = list(itertools.islice(proposed, MAX_PROPOSED))
     if not candidates:
-        return spec.impossible(ctx)
+        return Rejected("no_candidate", spec.impossible(ctx))
     tried = 0
     for candidate in spec.order(candidates, ctx.rng)[:MAX_TRIED]:
         tried += 1
@@ -90,7 +91,8 @@ def _run_kind(spec: KindSpec, ctx: MutationContext) -> Negative | str:
                 errors=[e.message for e in errors], schema_valid=not errors,
                 outcome_changed=True if spec.outcome_checked and ctx.probe is not None else None,
                 description=description)
-    return f"{spec.impossible(ctx)} ({tried} of {len(candidates)} candidates validated)"
+    return Rejected("none_accepted", f"{spec.impossible(ctx)} ({tried} of {len(candidates)} "
+                    "candidates validated)")
 
 
 def mutate_report(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *,
@@ -115,12 +117,12 @@ def mutate_report(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *,
     try:
         ctx = _context(call, tool, env, other_tools)
     except Exception as exc:  # noqa: BLE001 - errors become data, never a crash
-        ctx = f"cannot read the call or tool: {type(exc).__name__}: {exc}"
+        ctx = Rejected("unreadable", f"cannot read the call or tool: {type(exc).__name__}: {exc}")
     for kind in kinds:
         spec = SPECS.get(kind)
-        if isinstance(ctx, str) or spec is None:
-            report.impossible[kind] = ctx if isinstance(ctx, str) else (
-                f"unknown kind {kind!r} (known: {', '.join(ALL_KINDS)})")
+        if isinstance(ctx, Rejected) or spec is None:
+            report.impossible[kind] = ctx if isinstance(ctx, Rejected) else Rejected(
+                "unknown_kind", f"unknown kind {kind!r} (known: {', '.join(ALL_KINDS)})")
             continue
         if operators and kind in operators:
             spec = replace(spec, operators=tuple(operators[kind]))
@@ -130,7 +132,8 @@ def mutate_report(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *,
         try:
             result = _run_kind(spec, ctx)
         except Exception as exc:  # noqa: BLE001
-            result = f"the {kind} mutator failed: {type(exc).__name__}: {exc}"
+            result = Rejected("mutator_failed",
+                              f"the {kind} mutator failed: {type(exc).__name__}: {exc}")
         finally:
             if ctx.probe is not None:
                 ctx.probe.close()

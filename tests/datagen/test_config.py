@@ -69,6 +69,14 @@ def test_demo_config_loads():
      "\n", ["teacher.openai.extra_body.a: binary data that is not UTF-8 text (byte 0xff)"]),
     ("teacher: {backend: vllm, vllm: {model: m, engine_kwargs: {a: [1, 100000000000000000000]}}}"
      "\n", ["teacher.vllm.engine_kwargs.a.1: an integer outside the 64-bit range"]),
+    # negative kinds are the mutators' registry's names; extra_kinds was folded into kinds
+    ("negatives:\n  kinds: [type_error, typo_error]\n", [
+        "negatives.kinds:", "unknown negative kind 'typo_error'", "registry has: type_error, "
+        "hallucinated_key, logical_error, wrong_function, missing_required"]),
+    ("negatives:\n  extra_kinds: true\n", ["negatives:", "extra_kinds was folded into kinds"]),
+    ("negatives:\n  kinds: []\n", ["negatives.kinds:", "at least 1 item"]),
+    ("critics:\n  kinds: [wrong_function, wrong_function]\n", ["critics.kinds:",
+                                                              "listed twice"]),
     # 10 aliases of 10 aliases ... : a 1 KB file that expands to 10^8 values
     ("a: &a [0,0,0,0,0,0,0,0,0,0]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n"
@@ -138,3 +146,14 @@ def test_malformed_overrides_name_the_key(item, expected):
     with pytest.raises(ConfigError, match=re.escape(expected)) as info:
         parse_override(item)
     assert "\n" not in str(info.value)
+
+
+def test_kind_lists_default_to_the_mutators_registry():
+    from mutators import KINDS, SPECS
+
+    config = load_config(None)
+    assert config.negatives.kinds == list(KINDS)
+    assert config.critics.kinds == list(SPECS)
+    extra = load_config(None, {"negatives.kinds": [*KINDS, "wrong_function"]})
+    assert extra.negatives.kinds[-1] == "wrong_function"
+    assert fingerprint(extra) != fingerprint(config)

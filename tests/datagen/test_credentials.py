@@ -16,12 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datagen.cli import main
+from datagen.pipeline.cli import main
 from datagen.config import RUN_ONLY_FIELDS, GenerateConfig, fingerprint, load_config, public_dump
 from datagen.credentials import credential_name, redact_argv, redact_credentials, redact_text
 from datagen.rows import SCHEMA_VERSION
-from datagen.runlock import LockOwner
-from datagen.shards import OutputConflict, ShardStore
+from datagen.pipeline.runlock import LockOwner
+from datagen.pipeline.shards import OutputConflict, ShardStore
 from tests.datagen.teachers.fault_server import FaultServer, ScriptedAgent
 from tests.datagen.teachers.helpers import make_tasks
 from tests.datagen.teachers.leaks import everything_under, leaks

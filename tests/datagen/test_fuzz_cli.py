@@ -35,8 +35,8 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import datagen.pipeline
-from datagen.cli import main
+import datagen.pipeline.driver
+from datagen.pipeline.cli import main
 from datagen.config import (ConfigError, GenerateConfig, fingerprint, load_config,
                             parse_override, public_dump)
 from tests.conftest import ROOT
@@ -78,7 +78,7 @@ def stop_before_ray():
         raise ReachedRay()
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(datagen.pipeline, "init_ray", refuse)
+        patch.setattr(datagen.pipeline.driver, "init_ray", refuse)
         yield
 
 
@@ -433,9 +433,8 @@ def test_verify_and_inspect_take_any_out(real_out, tmp_path, capsys, rss_budget,
     else:
         argv += ["--samples", data.draw(st.sampled_from(
             ["0", "1", "-1", "100", str(2**64), str(10**30), "x", "9" * 5000]))]
-        # seeds polars takes (0 .. 2^64-1) or no integer: one outside that range raises (the
-        # xfail below) until `datagen inspect --seed` checks its range
-        argv += ["--seed", data.draw(st.sampled_from(["0", "7", str(2**64 - 1), "x", "1.5"]))]
+        argv += ["--seed", data.draw(st.sampled_from(
+            ["0", "7", str(2**64 - 1), "-1", str(2**64), "x", "1.5"]))]
     outcome, err = _run_main(argv, capsys)
     if target == "real" and outcome == 2 and not err.startswith("usage:"):
         pytest.fail(f"{argv}: {err}")  # only argparse may refuse the intact dataset
@@ -453,9 +452,10 @@ def test_the_odd_config_made_a_dataset_verify_accepts(real_out, capsys):
     assert stored["seed"] == 2**63 - 1
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason="found by this fuzz, not fixed here: "
-                   "`datagen inspect --seed` takes any int and polars' sample() raises "
-                   "OverflowError outside 0 .. 2^64-1 (datagen/inspect.py, datagen/cli.py)")
 @pytest.mark.parametrize("seed", ["-1", str(2**64)])
 def test_inspect_with_a_seed_polars_cannot_take(real_out, capsys, seed):
-    assert main(["inspect", str(real_out), "--seed", seed]) == 2
+    """Found by this fuzz: polars' sample() raised OverflowError outside 0 .. 2^64-1."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["inspect", str(real_out), "--seed", seed])
+    assert exit_info.value.code == 2
+    assert "must be between 0 and 2^64-1" in capsys.readouterr().err

@@ -1,12 +1,13 @@
 """The output directory: atomic Parquet shards, chunk markers, manifest, resume.
 
 Layout under OUT/:
-    trajectories/part-000000.parquet ...   one shard per chunk per table (zstd level 1)
+    trajectories/part-000000.parquet ...   one shard per chunk per table (zstd level 1); the
+                                           tables are those the run's stages declare
     _chunks/chunk-000000.json              written last: the chunk is complete
     _run.json                              fingerprint + config of the run that owns OUT
                                            (every config written here has its credentials
                                            redacted: datagen/credentials.py)
-    _run.lock                              while a run holds OUT: its owner (datagen/runlock.py)
+    _run.lock                              while a run holds OUT: its owner (runlock.py)
     manifest.json, README.md               written at the end of every run
 
 A shard is written under `_tmp/` and renamed into place; the chunk marker is renamed into place
@@ -17,7 +18,8 @@ marker, overwriting any shard a half-finished chunk left behind.
 Resume trusts a marker only after a cheap check of what it lists (each shard exists, has the
 recorded size, a Parquet footer and the recorded row count): a chunk that fails it (a truncated
 or deleted shard, an unreadable marker) loses its marker and shards and is generated again.
-`datagen verify` adds the sha256 of every byte (datagen/verify.py; the costs are in README.md).
+`datagen verify` adds the sha256 of every byte (datagen/pipeline/verify.py; the costs are in
+README.md).
 OUT is datagen's when it holds a readable `_run.json`; nothing else is ever deleted.
 """
 
@@ -29,6 +31,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,13 +45,15 @@ from datagen.rows import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
 
-TABLES = ("trajectories", "negatives", "repairs", "preferences")
 ZSTD_LEVEL = 1
 RUN_FILE = "_run.json"
-LOCK_FILE = "_run.lock"  # datagen/runlock.py; present only while a run holds OUT (or crashed)
-# What clear() may delete in an OUT whose _run.json says datagen wrote it; nothing else.
+LOCK_FILE = "_run.lock"  # datagen/pipeline/runlock.py; present only while a run holds OUT
+# What clear() may delete in an OUT whose _run.json says datagen wrote it (with the table
+# folders its stages wrote, recorded in _run.json); nothing else.
 _DATAGEN_FILES = ("_run.json", "manifest.json", "README.md")
-_DATAGEN_DIRS = (*TABLES, "_tmp", "_chunks")
+_DATAGEN_DIRS = ("_tmp", "_chunks")
+# The tables of a run whose _run.json does not list them (schema versions 1 and 2 did not).
+UNRECORDED_TABLES = ("trajectories", "negatives", "repairs", "preferences")
 _MANIFEST_KEYS = {"schema_version", "fingerprint", "complete", "chunks", "counts", "shards"}
 
 
@@ -142,6 +147,22 @@ def read_manifest(root: Path) -> dict[str, Any]:
     return manifest
 
 
+def manifest_tables(manifest: dict[str, Any]) -> list[str]:
+    """Every table a manifest knows: those its stages declare and those it lists shards of."""
+    declared = [t for stage in manifest_stages(manifest) for t in stage["tables"]]
+    return list(dict.fromkeys([*declared, *manifest.get("shards", {})]))
+
+
+def manifest_stages(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's stages in run order, `{"name", "tables"}` each ([] for a manifest written
+    before stages were recorded, or a malformed entry)."""
+    stages = manifest.get("stages")
+    if not isinstance(stages, list):
+        return []
+    return [{"name": str(s["name"]), "tables": [str(t) for t in s["tables"]]} for s in stages
+            if isinstance(s, dict) and "name" in s and isinstance(s.get("tables"), list)]
+
+
 def manifest_shards(manifest: dict[str, Any]) -> dict[str, list[ShardInfo]]:
     """Table -> the shards a manifest (from `read_manifest`) lists."""
     try:
@@ -182,6 +203,15 @@ def _same_but_credentials(previous: dict[str, Any], config: dict[str, Any]) -> b
     return redacted != stored and redacted == redact_credentials(config)
 
 
+def _recorded_tables(previous: dict[str, Any]) -> list[str]:
+    """The table folders the previous run recorded in _run.json (names only)."""
+    tables = previous.get("tables", UNRECORDED_TABLES)
+    if not isinstance(tables, (list, tuple)):
+        return list(UNRECORDED_TABLES)
+    return [name for name in map(str, tables)
+            if name and "/" not in name and name not in (".", "..")]
+
+
 def _leftover(entry: Path) -> bool:
     """What a directory may hold and still count as empty: the run lock, and datagen's
     bookkeeping folders when empty (a user's own `_tmp/` with files in it is not debris)."""
@@ -207,10 +237,13 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
 class ShardStore:
     """Reads and writes one output directory. Workers use `write_chunk`; the driver uses
-    `claim` before the run (under the run lock) and `write_manifest` after it."""
+    `claim` before the run (under the run lock) and `write_manifest` after it. `tables` are
+    the table folders a run writes (its stages'); dropping a chunk or clearing OUT deletes
+    there (plus what a marker or the previous run's record lists)."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, tables: Iterable[str] = ()) -> None:
         self.root = Path(root)
+        self.tables = list(dict.fromkeys(tables))
         self.tmp = self.root / "_tmp"
         self.markers = self.root / "_chunks"
 
@@ -228,7 +261,8 @@ class ShardStore:
         `overwrite` too: it deletes only what datagen wrote) and data of another config or
         schema version unless `overwrite`; clear debris; drop damaged chunks so that the run
         regenerates them. Returns the dropped chunks. Call it under the run lock
-        (datagen/runlock.py): two runs that pass these checks together would mix configs."""
+        (datagen/pipeline/runlock.py): two runs that pass these checks together would mix
+        configs."""
         if self.root.exists() and not self.root.is_dir():
             raise OutputConflict(f"{self.root} is a file, not a directory; choose another --out")
         previous = self._previous_run()
@@ -238,14 +272,16 @@ class ShardStore:
             if not overwrite:
                 raise OutputConflict(f"{self.root} {conflict}. Use another --out, or pass "
                                      "--overwrite to delete it and start again.")
-            self.clear()
+            self.clear(_recorded_tables(previous))
+        else:  # the same config, so the same stages (an older record may list none)
+            self.tables = list(dict.fromkeys([*self.tables, *_recorded_tables(previous)]))
         # _run.json before anything else: a directory with datagen's folders and no _run.json
         # is never one this code left behind (and is refused as not datagen's).
         self.root.mkdir(parents=True, exist_ok=True)
         self.tmp.mkdir(exist_ok=True)
         self.clear_tmp()
         payload = {"fingerprint": fingerprint, "schema_version": SCHEMA_VERSION,
-                   "config": redact_credentials(config)}
+                   "tables": self.tables, "config": redact_credentials(config)}
         _write_atomic(self.root / RUN_FILE, orjson.dumps(payload, option=orjson.OPT_INDENT_2),
                       self.tmp)
         self.markers.mkdir(exist_ok=True)
@@ -284,9 +320,10 @@ class ShardStore:
                 f"{RUN_FILE}); datagen deletes only what it wrote, with --overwrite too: use "
                 "another --out, or empty it yourself")
 
-    def clear(self) -> None:
-        """Delete what datagen writes in OUT (never called on a directory it did not write)."""
-        for name in _DATAGEN_DIRS:
+    def clear(self, previous_tables: Iterable[str] = ()) -> None:
+        """Delete what datagen writes in OUT: its files, bookkeeping and the table folders of
+        this run and of the previous one (never called on a directory it did not write)."""
+        for name in dict.fromkeys([*_DATAGEN_DIRS, *self.tables, *previous_tables]):
             shutil.rmtree(self.root / name, ignore_errors=True)
         for name in _DATAGEN_FILES:
             (self.root / name).unlink(missing_ok=True)
@@ -297,6 +334,16 @@ class ShardStore:
 
     def is_complete(self, chunk: int) -> bool:
         return self.marker_path(chunk).exists()
+
+    def complete_chunks(self) -> set[int]:
+        """Indices of chunks with a marker, from one directory listing (a run of 10^6 chunks
+        would otherwise stat 10^6 paths before it starts)."""
+        try:
+            names = os.listdir(self.markers)
+        except FileNotFoundError:
+            return set()
+        return {int(name[6:-5]) for name in names
+                if name.startswith("chunk-") and name.endswith(".json") and name[6:-5].isdigit()}
 
     def chunk_problem(self, chunk: int) -> str | None:
         """Why the complete chunk `chunk` cannot be trusted (unreadable marker, a shard that
@@ -324,10 +371,18 @@ class ShardStore:
 
     def drop_chunk(self, chunk: int) -> None:
         """Forget a chunk: its marker first (a kill part way leaves an incomplete chunk, never
-        a complete one with shards missing), then its shard in every table."""
+        a complete one with shards missing), then its shard in every table (the store's, and
+        those its marker lists when it can be read)."""
+        listed: list[Path] = []
+        try:
+            record = ChunkRecord.from_json(self.marker_path(chunk).read_bytes())
+            listed = [self.root / info.file for info in record.shards.values()]
+        except (OSError, ValueError):
+            pass
         self.marker_path(chunk).unlink(missing_ok=True)
-        for table in TABLES:
-            self.shard_path(table, chunk).unlink(missing_ok=True)
+        for path in [*listed, *(self.shard_path(table, chunk) for table in self.tables)]:
+            if path.resolve().is_relative_to(self.root.resolve()):
+                path.unlink(missing_ok=True)
 
     def marked_chunks(self) -> list[int]:
         chunks = []
@@ -373,8 +428,11 @@ class ShardStore:
     # manifest -----------------------------------------------------------------------------
 
     def write_manifest(self, fingerprint: str, config: dict[str, Any], total_chunks: int,
-                       records: list[ChunkRecord],
-                       stats: dict[str, Any] | None = None) -> dict[str, Any]:
+                       records: list[ChunkRecord], stats: dict[str, Any] | None = None,
+                       stages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """manifest.json: schema version, fingerprint, config, completeness, rows per table,
+        every shard, the run's stages (`{"name", "tables"}` in run order) and their merged
+        counts (`stats`, per stage name)."""
         shards: dict[str, list[dict[str, Any]]] = {}
         for record in sorted(records, key=lambda r: r.chunk):
             for name, info in record.shards.items():
@@ -387,6 +445,7 @@ class ShardStore:
             "chunks": {"total": total_chunks, "complete": len(records)},
             "counts": {name: sum(s["rows"] for s in items) for name, items in shards.items()},
             "shards": shards,
+            "stages": stages or [],
             "stats": stats or {},
         }
         _write_atomic(self.root / "manifest.json",

@@ -1,33 +1,28 @@
-"""One chunk of a run, end to end: tasks -> rollouts -> rows (+tokens) -> shards.
+"""One chunk of a run, end to end: tasks -> rollouts -> every configured stage -> shards.
 
-`ChunkProcessor` holds what is expensive to build (environments, the teacher, a tokenizer) and
-is created once per worker; `process` runs the stages on whole batches. It knows nothing of
-Ray, so it runs the same inside a Ray actor, in a test, or in a debugger.
+`ChunkProcessor` holds what is expensive to build (environments, the teacher, a tokenizer, the
+stages) and is created once per worker; `process` runs the stages on whole batches. It knows
+nothing of Ray, so it runs the same inside a Ray actor, in a test, or in a debugger.
 """
 
 from __future__ import annotations
 
 import gc
 import time
-from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any, overload
 
 import pyarrow as pa
 
 from datagen.config import GenerateConfig
 from datagen.envs import import_modules
-from datagen.rows import (NEGATIVE_SCHEMA, PREFERENCE_SCHEMA, REPAIR_SCHEMA, n_tool_steps,
-                          render, trajectory_table)
-from datagen.shards import ChunkRecord, ShardStore
-from datagen.spans import tokenize_with_spans
+from datagen.pipeline.shards import ChunkRecord, ShardStore
+from datagen.pipeline.stages.base import Stage, StageContext, configured_stages, tables_of
 from datagen.tasks import TaskError, TaskSource
 from datagen.teachers import EnvPool, Teacher, make_teacher
 from datagen.teachers.base import failed_trajectory
-from datagen.teachers.trace import teacher_columns
-from datagen.types import Span, Task, Trajectory
+from datagen.types import Task, Trajectory
 
 
 # Tasks generated ahead of a sequential teacher's rollouts: well under the 512 worlds an
@@ -114,23 +109,14 @@ class ChunkProcessor:
         self.envs = EnvPool()
         self.teacher: Teacher = make_teacher(config.teacher, work_dir=out or config.out)
         # LLM teachers bring their own tokenizer: rows carry the teacher's exact token ids.
-        self.tokenizer_name = config.tokenizer or config.teacher.teacher_tokenizer()
-        self.tokenizer = (load_tokenizer(config.tokenizer) if config.tokenizer
-                          else getattr(self.teacher, "tokenizer", None))
-        self.store = ShardStore(out or config.out)
-        # The later stages are imported only when enabled: the critics pull in jsonschema and
-        # the mutators, a fifth of a second of every worker's start-up.
-        self.negatives = None
-        if config.negatives.enabled:
-            from datagen.negatives import NegativeStage
-
-            self.negatives = NegativeStage(config.negatives, config.seed)
-        self.critics = None
-        if config.critics.enabled:
-            from datagen.critic_stage import CriticStage, make_critic
-
-            critic = make_critic(config.critics, self.teacher, out or config.out)
-            self.critics = CriticStage(config.critics, config.seed, critic)
+        tokenizer = (load_tokenizer(config.tokenizer) if config.tokenizer
+                     else getattr(self.teacher, "tokenizer", None))
+        context = StageContext(out or config.out, self.teacher, tokenizer,
+                               config.tokenizer or config.teacher.teacher_tokenizer())
+        stage_classes = configured_stages(config)
+        self.tables = tables_of(stage_classes)
+        self.stages: list[Stage] = [stage.build(config, context) for stage in stage_classes]
+        self.store = ShardStore(out or config.out, self.tables)
 
     def rollout(self, chunk: Chunk) -> list[Trajectory]:
         """Trajectories of the chunk's tasks, in order. A teacher that batches episodes (LLM
@@ -154,23 +140,29 @@ class ChunkProcessor:
     def _task_failure(self, item: TaskError) -> Trajectory:
         exc = RuntimeError(f"task generation failed: {item.error}")
         return failed_trajectory(item.as_task(), self.teacher.name, 0, exc,
-                                 tools=self.envs.get(item.env).tools())
+                                 tools=self.envs.get(item.env).tools(),
+                                 kind="task_generation_failed")
 
-    def trajectory_table(self, trajectories: list[Trajectory]) -> tuple[pa.Table, list[list[Span]]]:
-        rendered = [render(traj) for traj in trajectories]
-        if self.config.teacher.backend != "oracle":
-            tokens, teacher = teacher_columns(trajectories, rendered, self.tokenizer,
-                                              self.tokenizer_name)
-            return (trajectory_table(trajectories, rendered, tokens, teacher),
-                    [s for _, s in rendered])
-        tokens, named = None, None
-        if self.tokenizer is not None:
-            tokens = tokenize_with_spans(self.tokenizer, [text for text, _ in rendered],
-                                         [spans for _, spans in rendered])
-            # Recorded like an LLM teacher's, so a trainer with another tokenizer refuses
-            # these ids instead of training on garbage (trainer.data.check_shard_tokenizer).
-            named = {"tokenizer": [self.tokenizer_name] * len(trajectories)}
-        return trajectory_table(trajectories, rendered, tokens, named), [s for _, s in rendered]
+    def run_stages(self, trajectories: list[Trajectory],
+                   clock: StageClock | None = None) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+        """Every stage over the batch: one table per declared table name (a table several
+        stages declare gets their rows in stage order) and each stage's counts."""
+        parts: dict[str, list[pa.Table]] = {name: [] for name in self.tables}
+        stats: dict[str, Any] = {}
+        for stage in self.stages:
+            output = stage.run(trajectories, self.envs)
+            if set(output.tables) != {table.name for table in stage.tables}:
+                raise RuntimeError(f"stage {stage.name!r} returned tables "
+                                   f"{sorted(output.tables)}, it declares "
+                                   f"{sorted(t.name for t in stage.tables)}")
+            for name, table in output.tables.items():
+                parts[name].append(table)
+            stats[stage.name] = output.stats
+            if clock is not None:
+                clock.lap(stage.name)
+        tables = {name: tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+                  for name, tables in parts.items()}
+        return tables, stats
 
     def process(self, chunk: Chunk) -> ChunkRecord:
         """One chunk end to end. `stats["stage_seconds"]` holds the worker's CPU seconds per
@@ -178,28 +170,10 @@ class ChunkProcessor:
         started, clock = time.perf_counter(), StageClock()
         trajectories = self.rollout(chunk)
         clock.lap("rollout")
-        table, spans = self.trajectory_table(trajectories)
-        tables = {"trajectories": table}
-        stats = chunk_stats(trajectories, spans)
-        clock.lap("rows")
-        stats["seconds_rollout"] = time.perf_counter() - started
-        if self.negatives is not None:
-            batch = self.negatives.run(trajectories, self.envs)
-            tables["negatives"] = pa.Table.from_pylist(batch.negatives, schema=NEGATIVE_SCHEMA)
-            tables["preferences"] = pa.Table.from_pylist(batch.preferences,
-                                                         schema=PREFERENCE_SCHEMA)
-            stats["negatives"] = batch.stats()
-            clock.lap("negatives")
-        if self.critics is not None:  # repairs + repair/safety pairs, appended to preferences
-            critiqued = self.critics.run(trajectories, self.envs)
-            tables["repairs"] = pa.Table.from_pylist(critiqued.repairs, schema=REPAIR_SCHEMA)
-            pairs = pa.Table.from_pylist(critiqued.preferences, schema=PREFERENCE_SCHEMA)
-            tables["preferences"] = (pa.concat_tables([tables["preferences"], pairs])
-                                     if "preferences" in tables else pairs)
-            stats["critics"] = critiqued.stats()
-            clock.lap("critics")
-        stats["seconds"] = time.perf_counter() - started
-        stats["stage_seconds"] = clock.seconds
+        seconds_rollout = time.perf_counter() - started
+        tables, stage_stats = self.run_stages(trajectories, clock)
+        stats = {"stages": stage_stats, "seconds_rollout": seconds_rollout,
+                 "seconds": time.perf_counter() - started, "stage_seconds": clock.seconds}
         return self.store.write_chunk(chunk.index, tables, stats)
 
 
@@ -214,24 +188,3 @@ class StageClock:
         now = time.process_time()
         self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._last
         self._last = now
-
-
-def chunk_stats(trajectories: list[Trajectory], spans: list[list[Span]]) -> dict[str, Any]:
-    """Counts the run summary adds up: per env, per span kind, errors."""
-    per_env: dict[str, Counter] = defaultdict(Counter)
-    for traj in trajectories:
-        env = per_env[traj.task.env]
-        env["trajectories"] += 1
-        env["success"] += int(traj.success)
-        env["errors"] += int(traj.error is not None)
-        env["tool_calls"] += n_tool_steps(traj)
-    # ~25 spans per trajectory: count with C-level helpers, add lengths into a plain dict
-    # (Counter's Python-level += per span cost more than the rest of this function).
-    flat = [span for traj_spans in spans for span in traj_spans]
-    span_count = Counter(map(attrgetter("kind"), flat))
-    span_chars = dict.fromkeys(span_count, 0)
-    for span in flat:
-        span_chars[span.kind] += span.end - span.start
-    return {"rows": {"trajectories": len(trajectories)},
-            "per_env": {name: dict(counts) for name, counts in sorted(per_env.items())},
-            "span_count": dict(span_count), "span_chars": span_chars}

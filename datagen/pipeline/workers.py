@@ -21,11 +21,11 @@ from typing import Any
 
 import ray
 
-from datagen.chunk import Chunk, ChunkProcessor, tune_gc
-from datagen.cluster import ClusterError, describe_resources
+from datagen.pipeline.chunk import Chunk, ChunkProcessor, tune_gc
+from datagen.pipeline.cluster import ClusterError, describe_resources
 from datagen.config import GenerateConfig
-from datagen.preflight import OutProbe, invalid_config_problem, worker_problems
-from datagen.shards import ChunkRecord
+from datagen.pipeline.preflight import OutProbe, invalid_config_problem, worker_problems
+from datagen.pipeline.shards import ChunkRecord
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Protocol
 import orjson
 
 from datagen.credentials import redact_argv
-from datagen.shards import LOCK_FILE, OutputConflict
+from datagen.pipeline.shards import LOCK_FILE, OutputConflict
 
 _COMMAND_CHARS = 300  # the owner record names the command; a pasted config would be noise
 _LOCK_ATTEMPTS = 4

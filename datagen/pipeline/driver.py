@@ -2,10 +2,11 @@
 
 Topology (one process per box):
 
-    driver: resolve paths -> plan chunks -> skip complete ones -> start workers -> feed the
-            ready ones -> re-queue chunks of lost workers -> progress -> manifest + card
-    ChunkWorker x N (1 CPU each): setup (preflight checks, ChunkProcessor) -> process(chunk)
-            -> shards + marker on disk
+    driver: resolve paths -> configured stages -> plan chunks -> skip complete ones -> start
+            workers -> feed the ready ones -> re-queue chunks of lost workers -> progress ->
+            manifest + summary + card (each stage's counts, merged by the stage)
+    ChunkWorker x N (1 CPU each): setup (preflight checks, ChunkProcessor) -> process(chunk):
+            rollout -> every stage (stages/) -> one shard per table + marker on disk
 
 A chunk (default 1,000 tasks) is the unit of work, of writing and of resume, which keeps the
 cost of a Ray call (~1 ms) negligible next to the work it carries. The driver never waits
@@ -27,16 +28,17 @@ from typing import Any
 import ray
 from tqdm import tqdm
 
-from datagen.card import write_card
-from datagen.chunk import Chunk, plan_chunks
-from datagen.cluster import ClusterError, init_ray, job_working_dir
-from datagen.config import RUN_ONLY_FIELDS, GenerateConfig, fingerprint
-from datagen.dispatch import ChunkDispatch
-from datagen.preflight import OutProbe, resolve_paths
-from datagen.runlock import LockOwner, run_lock
-from datagen.shards import ChunkRecord, ShardStore
-from datagen.summary import RunSummary, negative_kind_stats, summarise
-from datagen.workers import LivenessPolicy, WorkerPool, short_error
+from datagen.pipeline.card import write_card
+from datagen.pipeline.chunk import Chunk, plan_chunks
+from datagen.pipeline.cluster import ClusterError, init_ray, job_working_dir
+from datagen.config import GenerateConfig, fingerprint, public_dump
+from datagen.pipeline.dispatch import ChunkDispatch
+from datagen.pipeline.preflight import OutProbe, resolve_paths
+from datagen.pipeline.runlock import LockOwner, run_lock
+from datagen.pipeline.shards import ChunkRecord, ShardStore
+from datagen.pipeline.stages.base import configured_stages, tables_of
+from datagen.pipeline.summary import RunSummary, stage_stats, summarise
+from datagen.pipeline.workers import LivenessPolicy, WorkerPool, short_error
 
 __all__ = ["ClusterError", "LivenessPolicy", "init_ray", "run_generation"]
 
@@ -152,12 +154,14 @@ def run_generation(config: GenerateConfig, address: str | None = None,
 
 def _generate_locked(config: GenerateConfig, fp: str, address: str | None,
                      policy: LivenessPolicy, working_dir: str | None) -> RunSummary:
-    store = ShardStore(config.out)
-    config_dump = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS)
+    stages = configured_stages(config)
+    store = ShardStore(config.out, tables_of(stages))
+    config_dump = public_dump(config)
     store.claim(fp, config_dump, config.overwrite)
     chunks = plan_chunks(config)
-    todo = [chunk for chunk in chunks if not store.is_complete(chunk.index)]
-    done_rows = sum(c.stop - c.start for c in chunks) - sum(c.stop - c.start for c in todo)
+    complete = store.complete_chunks()
+    todo = [chunk for chunk in chunks if chunk.index not in complete]
+    done_rows = config.num_trajectories - sum(c.stop - c.start for c in todo)
     run = ChunkRun()
     try:
         if todo:
@@ -167,12 +171,14 @@ def _generate_locked(config: GenerateConfig, fp: str, address: str | None,
         store.clear_tmp()
         records = store.records()
         manifest = store.write_manifest(fp, config_dump, len(chunks), records,
-                                        {"negative_kinds": negative_kind_stats(records)})
+                                        stage_stats(stages, records),
+                                        [{"name": s.name, "tables": [t.name for t in s.tables]}
+                                         for s in stages])
     if working_dir is not None and config.out.startswith(_cwd_prefix()):
         run.notes.append(f"OUT {config.out} lies in this Ray job's working directory, a per-node "
                          "copy that Ray deletes with the session: give --out an absolute path "
                          "on shared storage")
-    summary = summarise(records, run.records, run.seconds, manifest, run.failed,
+    summary = summarise(stages, records, run.records, run.seconds, manifest, run.failed,
                         str(store.root), startup_seconds=run.startup_seconds,
                         requeued=run.requeued, notes=run.notes)
     write_card(store.root, manifest, summary)

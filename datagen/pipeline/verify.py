@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from datagen.runlock import LockOwner, lock_holder
-from datagen.shards import (TABLES, ChunkRecord, ShardInfo, ShardStore, manifest_shards,
-                            read_manifest, shard_problem)
+from datagen.pipeline.runlock import LockOwner, lock_holder
+from datagen.pipeline.shards import (ChunkRecord, ShardInfo, ShardStore, manifest_shards,
+                                     manifest_tables, read_manifest, shard_problem)
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class VerifyReport:
     seconds: float
     problems: list[Problem]
     running: LockOwner | None
+    tables: list[str]  # the run's tables (from its stages), where strays are looked for
 
     @property
     def damaged_chunks(self) -> list[int]:
@@ -114,9 +115,9 @@ def _check_shards(root: Path, listed: dict[str, ShardInfo],
     return problems
 
 
-def _strays(root: Path, known: set[str]) -> list[Problem]:
+def _strays(root: Path, known: set[str], tables: list[str]) -> list[Problem]:
     problems = []
-    for table in TABLES:
+    for table in tables:
         for path in sorted((root / table).glob("part-*.parquet")):
             file = str(path.relative_to(root))
             if file not in known:
@@ -145,20 +146,21 @@ def verify_output(out: str | Path, checksum: bool = True) -> VerifyReport:
     listed = {info.file: info for infos in manifest_shards(manifest).values() for info in infos}
     recorded, problems = _read_markers(store)
     problems += _check_shards(root, listed, recorded, checksum)
-    problems += _strays(root, listed.keys() | recorded.keys())
+    tables = manifest_tables(manifest)
+    problems += _strays(root, listed.keys() | recorded.keys(), tables)
     problems += _count_problems(manifest, listed)
     chunks = manifest.get("chunks", {})
     return VerifyReport(root=root, fingerprint=str(manifest.get("fingerprint")),
                         shards=len(listed.keys() | recorded.keys()),
                         chunks=(int(chunks.get("complete", 0)), int(chunks.get("total", 0))),
                         checksum=checksum, seconds=time.perf_counter() - started,
-                        problems=problems, running=lock_holder(root))
+                        problems=problems, running=lock_holder(root), tables=tables)
 
 
 def repair(out: str | Path, report: VerifyReport) -> tuple[list[int], int]:
     """Drop the report's damaged chunks and delete its stray shard files (call under the run
     lock). Returns the dropped chunks and the number of stray files removed."""
-    store = ShardStore(out)
+    store = ShardStore(out, report.tables)
     for chunk in report.damaged_chunks:
         store.drop_chunk(chunk)
     strays = [store.root / p.file for p in report.problems if p.stray]

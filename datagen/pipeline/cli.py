@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from datagen.config import ConfigError, load_config, parse_override
-from datagen.eval_irr import add_parser as add_eval_parser
-from datagen.eval_irr import run as run_eval
-from datagen.runlock import LockOwner, run_lock
-from datagen.shards import OutputConflict, OutputUnreadable
+from datagen.pipeline.eval_irr import add_parser as add_eval_parser
+from datagen.pipeline.eval_irr import run as run_eval
+from datagen.pipeline.runlock import LockOwner, run_lock
+from datagen.pipeline.shards import OutputConflict, OutputUnreadable
 
 # What a user can cause and fix: one line on stderr, exit code 2. Anything else is a bug and
 # keeps its traceback.
@@ -59,9 +59,21 @@ def _parser() -> argparse.ArgumentParser:
     ins = commands.add_parser("inspect", help="summarise a generated dataset")
     ins.add_argument("out", help="output directory of a run")
     ins.add_argument("--samples", type=int, default=2, help="trajectories to print")
-    ins.add_argument("--seed", type=int, default=0, help="which trajectories to sample")
+    ins.add_argument("--seed", type=_sample_seed, default=0,
+                     help="which trajectories to sample (0 .. 2^64-1)")
     add_eval_parser(commands)
     return parser
+
+
+def _sample_seed(text: str) -> int:
+    """A seed polars' sample() takes: an integer in 0 .. 2^64-1."""
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer") from None
+    if not 0 <= seed < 2**64:
+        raise argparse.ArgumentTypeError("must be between 0 and 2^64-1")
+    return seed
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -75,7 +87,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from datagen.pipeline import run_generation  # imports Ray: keep `--help` fast
+    from datagen.pipeline.driver import run_generation  # imports Ray: keep `--help` fast
 
     config = load_config(args.config, _overrides(args))
     with _out_errors(config.out):  # run_generation holds the run lock on OUT
@@ -85,7 +97,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from datagen.verify import repair, verify_output
+    from datagen.pipeline.verify import repair, verify_output
 
     report = verify_output(args.out, checksum=not args.quick)
     print(report.format())
@@ -104,7 +116,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from datagen.inspect import inspect_dataset
+    from datagen.pipeline.inspect import inspect_dataset
 
     print(inspect_dataset(args.out, samples=args.samples, seed=args.seed))
     return 0

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from typing import Any, Callable, Iterable
 
-from datagen.chunk import Chunk
+from datagen.pipeline.chunk import Chunk
 
 
 class ChunkDispatch:

@@ -1,6 +1,6 @@
 """`datagen eval irr`: the incorrect-step recovery rate of an agent (see critics/irr.py).
 
-    datagen eval irr [--num-tasks 60] [--seed 0] [--envs sql fs enterprise]
+    datagen eval irr [--num-tasks 60] [--seed 0] [--envs sql fs enterprise (the default)]
                      [--kinds type_error ...] [--extra-turns 2] [--json FILE]
 
 Only the oracle agent runs today; a teacher backend plugs in as a `critics.irr.Policy`.
@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from datagen.envs import DEFAULT_ENVS
 from mutators import ALL_KINDS
 
 
@@ -25,7 +26,7 @@ def add_parser(commands: Any) -> None:
     irr = which.add_parser("irr", help="recovery rate after an injected error")
     irr.add_argument("--num-tasks", type=int, default=60, help="held-out tasks (round-robin)")
     irr.add_argument("--seed", type=int, default=0, help="same seed -> same tasks and errors")
-    irr.add_argument("--envs", nargs="+", default=["sql", "fs", "enterprise"])
+    irr.add_argument("--envs", nargs="+", default=list(DEFAULT_ENVS))
     irr.add_argument("--kinds", nargs="+", default=list(ALL_KINDS), choices=list(ALL_KINDS))
     irr.add_argument("--extra-turns", type=int, default=2,
                      help="turns allowed beyond a perfect recovery")
