@@ -2,13 +2,16 @@
 sides of every pair, with one prompt forward per distinct prompt.
 
 Pairs that share a prompt (the hard negatives of one gold step and the step itself) are
-scored together: the prompt goes through the model once with its KV cache kept; the distinct
-completions then go through in one right-padded batch on copies of that cache. Position t of
-a completion is predicted by the hidden state before it (the prompt's last for the first
-token), and logits are computed only at those positions, so [B, T, V] never exists. Code
-mode (split embeddings) comes from the span labels, as in training; landmark models decode
-the completion with retrieval opened to every block, which equals the grouped softmax of one
-full forward (tested against full forwards).
+scored together: the prompt's KV cache is built once; the distinct completions then go
+through in one right-padded batch on copies of that cache. Prompts are visited in sorted
+order and each starts from the previous prompt's cache cut at their common prefix (the
+system turn of an environment, a trajectory's earlier steps), so only the new tokens go
+through the model: the prompts of a trajectory's steps cost about one forward of the
+trajectory. Position t of a completion is predicted by the hidden state before it (the
+prompt's last for the first token), and logits are computed only at those positions, so
+[B, T, V] never exists. Code mode (split embeddings) comes from the span labels, as in
+training; landmark models take tokens after a cache with retrieval opened to every block,
+which equals the grouped softmax of one full forward (tested against full forwards).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from transformers import DynamicCache
 
 from trainer.model.split_embedding import act_mode_from_spans
 from trainer.pref_eval import SIDES, PairExample, PairScore
-from trainer.step_scorer import exact_retrieval
+from trainer.step_scorer import exact_retrieval, prefix_cache
 from trainer.tokens import TextTokenizer, special_ids
 
 Completion = tuple[tuple[int, ...], tuple[int, ...]]  # token ids, span kinds
@@ -47,10 +50,12 @@ class TorchPairScorer:
             for side in SIDES:
                 groups[prompt].add(self._completion(pair, side))
         logps: dict[tuple[Completion, Completion], float] = {}
-        for prompt, completions in groups.items():
-            ordered = sorted(completions)
+        self._previous: tuple[list[int], DynamicCache] | None = None
+        for prompt in sorted(groups):  # a prompt right after the prompts it extends
+            ordered = sorted(groups[prompt])
             for completion, value in zip(ordered, self._score_group(prompt, ordered)):
                 logps[prompt, completion] = value
+        self._previous = None
         return [PairScore(*(logps[(tuple(p.prompt_ids), tuple(p.prompt_spans)),
                                   self._completion(p, side)] for side in SIDES))
                 for p in pairs]
@@ -65,16 +70,31 @@ class TorchPairScorer:
     @torch.inference_mode()
     def _score_group(self, prompt: Completion, completions: list[Completion]) -> list[float]:
         """Summed log-probabilities of each completion after `prompt`."""
-        ids = torch.tensor([prompt[0]], dtype=torch.long)
-        mode = self._act_mode(ids, torch.tensor([prompt[1]], dtype=torch.long))
-        out = self.model(input_ids=ids.to(self.device), act_mode=mode.to(self.device),
-                         use_cache=True, return_hidden=True, logits_to_keep=1)
-        last = out.hidden[0, -1]
+        cache, last = self._prompt_cache(prompt)
         values = []
         for first in range(0, len(completions), self.max_rows):
             chunk = completions[first:first + self.max_rows]
-            values += self._score_chunk(out.past_key_values, last, chunk)
+            values += self._score_chunk(cache, last, chunk)
         return values
+
+    def _prompt_cache(self, prompt: Completion) -> tuple[DynamicCache, torch.Tensor]:
+        """The prompt's KV cache and its last hidden state, from the previous prompt's cache
+        cut at the shared prefix when there is one."""
+        ids = torch.tensor([prompt[0]], dtype=torch.long)
+        mode = self._act_mode(ids, torch.tensor([prompt[1]], dtype=torch.long))
+        shared, past = 0, None
+        if self._previous is not None:
+            earlier, cache = self._previous
+            shared = next((i for i, (a, b) in enumerate(zip(earlier, prompt[0])) if a != b),
+                          min(len(earlier), len(prompt[0])))
+            shared = min(shared, len(prompt[0]) - 1)  # at least one token goes through
+            past = prefix_cache(self.model, cache, 0, shared, 1) if shared else None
+        with exact_retrieval(self.model):
+            out = self.model(input_ids=ids[:, shared:].to(self.device),
+                             act_mode=mode[:, shared:].to(self.device), past_key_values=past,
+                             use_cache=True, return_hidden=True, logits_to_keep=1)
+        self._previous = (list(prompt[0]), out.past_key_values)
+        return out.past_key_values, out.hidden[0, -1]
 
     def _score_chunk(self, cache: DynamicCache, last: torch.Tensor,
                      completions: list[Completion]) -> list[float]:

@@ -120,6 +120,9 @@ def _full_forward_logps(model, pair: PairExample, side: str) -> float:
 
 @pytest.mark.parametrize("landmark", [False, True])
 def test_checkpoint_scorer_equals_full_forwards(pairs, tokenizer, landmark):
+    """Pairs of one step (a shared prompt), of another step of that trajectory (a prompt
+    that extends it or that it extends), a repair and a safety pair (the system turn shared):
+    every cache reuse path, against separate full forwards."""
     ids = special_ids(tokenizer)
     model = tiny_model(vocab_size=1024, split_embeddings=True, use_landmark=landmark,
                        landmark_block_size=32, use_mch=False,
@@ -128,8 +131,10 @@ def test_checkpoint_scorer_equals_full_forwards(pairs, tokenizer, landmark):
     by_prompt = Counter(tuple(p.prompt_ids) for p in sql if p.source == "negative")
     busiest = list(by_prompt.most_common(1)[0][0])
     same_step = [p for p in sql if p.prompt_ids == busiest]  # one prompt forward
-    chosen = same_step[:3] + [next(p for p in sql if p.source == source)
-                              for source in ("repair", "safety")]
+    other_step = next(p for p in sql if p.trajectory_id == same_step[0].trajectory_id
+                      and p.source == "negative" and p.prompt_ids != busiest)
+    chosen = same_step[:3] + [other_step] + [next(p for p in sql if p.source == source)
+                                             for source in ("repair", "safety")]
     assert len(same_step) >= 3  # 1 chosen + 3 rejected completions: two chunks of max_rows
     scores = TorchPairScorer(model, tokenizer, max_rows=3).score(chosen)
     for pair, score in zip(chosen, scores):
