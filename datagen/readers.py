@@ -28,7 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from datagen.shards import OutputUnreadable, manifest_shards, read_manifest, shard_problem
+from datagen.pipeline.shards import OutputUnreadable, manifest_shards, read_manifest, shard_problem
 
 if TYPE_CHECKING:  # datasets is an optional dependency (the `interop` extra)
     from datasets import Dataset, Features, IterableDataset

@@ -71,9 +71,10 @@ def heldout_preference_rows(tasks: Sequence["Task"], seed: int,
     """`preferences` rows of `tasks`, made by the pipeline's own stages (see the module
     docstring); tasks the oracle cannot solve give none (counted)."""
     from datagen.config import CriticsConfig, NegativesConfig
-    from datagen.critic_stage import CriticStage
-    from datagen.negatives import NegativeStage
+    from datagen.pipeline.stages.critics import CriticStage
+    from datagen.pipeline.stages.negatives import NegativeStage
     from datagen.teachers import EnvPool, OracleTeacher
+    from mutators import SPECS
 
     pool, teacher, skipped = EnvPool(), OracleTeacher(), Counter()
     solved = []
@@ -83,11 +84,12 @@ def heldout_preference_rows(tasks: Sequence["Task"], seed: int,
             solved.append(traj)
         else:
             skipped["oracle_failed"] += 1
-    negatives = NegativeStage(NegativesConfig(extra_kinds=True), seed).run(solved, pool)
+    negatives = NegativeStage(NegativesConfig(kinds=list(SPECS)), seed).run(solved, pool)
     critics = CriticStage(CriticsConfig(inject_rate=1.0, safety_rate=1.0, repair_failed=False),
                           seed).run(solved, pool)
-    skipped.update({f"critics: {reason}": n for reason, n in critics.rejected.items()})
-    return negatives.preferences + critics.preferences, skipped
+    skipped.update({f"critics: {reason}": n
+                    for reason, n in critics.stats.get("rejected", {}).items()})
+    return negatives.rows("preferences") + critics.rows("preferences"), skipped
 
 
 def render_messages(messages: list[dict[str, Any]], tools_json: str, env: str,

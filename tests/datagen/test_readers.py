@@ -12,7 +12,7 @@ import pytest
 
 from datagen.config import GenerateConfig
 from datagen.readers import load_preferences, load_sft
-from datagen.shards import OutputUnreadable, ShardStore
+from datagen.pipeline.shards import OutputUnreadable, ShardStore
 
 NUM_TRAJECTORIES = 24
 
@@ -21,7 +21,7 @@ NUM_TRAJECTORIES = 24
 def out(tmp_path_factory) -> Path:
     """A real OUT from the pipeline's chunk processor (in-process, two chunks), with repairs
     and safety pairs for every trajectory and a manifest."""
-    from datagen.chunk import ChunkProcessor, plan_chunks
+    from datagen.pipeline.chunk import ChunkProcessor, plan_chunks
 
     root = tmp_path_factory.mktemp("readers") / "out"
     config = GenerateConfig(out=str(root), num_trajectories=NUM_TRAJECTORIES, chunk_size=12,
