@@ -1,4 +1,4 @@
-"""One training step (trainer.loop.forward_backward) with each teacher source and PCGrad,
+"""One training step (trainer.recipes.sad.forward_backward) with each teacher source and PCGrad,
 on a local engine that does what DDPEngine does on one worker, without Ray."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from tests.trainer.helpers import tiny_model
 from trainer.config import load_config
 from trainer.collate import Documents
-from trainer.loop import admit, embedding_mode, forward_backward
+from trainer.recipes.sad import admit, embedding_mode, forward_backward
 from trainer.losses import balanced_mch_loss
 from trainer.metrics import RunningAUROC, auroc
 
