@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from critics.irr import evaluate_irr  # noqa: E402
 from critics.llm_critic import LLMCritic  # noqa: E402
 from datagen.config import CriticsConfig, GenerateConfig  # noqa: E402
-from datagen.chunk import task_source  # noqa: E402
-from datagen.critic_stage import CriticStage  # noqa: E402
+from datagen.pipeline.chunk import task_source  # noqa: E402
+from datagen.pipeline.stages.critics import CriticStage  # noqa: E402
 from datagen.teachers import EnvPool, OracleTeacher  # noqa: E402
 from tests.critics.fakes import GoldCriticFake  # noqa: E402
 

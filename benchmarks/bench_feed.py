@@ -32,9 +32,9 @@ import torch  # noqa: E402
 from trainer.collate import Collate  # noqa: E402
 from trainer.config import load_config  # noqa: E402
 from trainer.data import DataSettings, training_batches  # noqa: E402
-from trainer.documents import TRAJECTORY_COLUMNS  # noqa: E402
-from trainer.fit import data_settings  # noqa: E402
-from trainer.loop import build_student, forward_backward, round_up  # noqa: E402
+from trainer.contract import TRAJECTORY_COLUMNS  # noqa: E402
+from trainer.recipes.sad import data_settings, forward_backward  # noqa: E402
+from trainer.student import build_student, round_up  # noqa: E402
 from trainer.tokens import load_tokenizer, special_ids  # noqa: E402
 
 VARIANTS = {"padded + landmark": ["model.use_landmark=true"],

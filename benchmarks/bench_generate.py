@@ -90,6 +90,7 @@ STAGES = {
 def run_pipeline(n: int, workers: int, chunk_size: int, stages: dict) -> dict:
     from datagen.config import GenerateConfig
     from datagen.pipeline import run_generation
+    from datagen.pipeline.stages.trajectories import per_env
 
     out = Path(tempfile.mkdtemp(prefix="bench-gen-"))
     config = GenerateConfig(out=str(out), num_trajectories=n, chunk_size=chunk_size,
@@ -106,14 +107,16 @@ def run_pipeline(n: int, workers: int, chunk_size: int, stages: dict) -> dict:
     return {"n": n, "wall_s": wall, "startup_s": summary.startup_seconds,
             "per_core": n / working / workers, "per_core_wall": n / wall / workers,
             "peak_rss_mib": rss.peak / 2**20, "mib_on_disk": size / 2**20,
-            "success": min(e["success_rate"] for e in summary.per_env.values())}
+            "success": min(e["success_rate"]
+                           for e in per_env(summary.stats["trajectories"]).values())}
 
 
 def stage_profile(n: int, chunk_size: int) -> None:
     """Time each stage of `ChunkProcessor.process` in this process (no Ray), chunk by chunk as
     a worker runs them: tasks generated and rolled out slice by slice, the columnar table, the
     chunk's statistics, then the shard (zstd Parquet, sha256, fsync, rename) and its marker."""
-    from datagen.chunk import SEQUENTIAL_SLICE, Chunk, ChunkProcessor, chunk_stats, tune_gc
+    from datagen.pipeline.chunk import SEQUENTIAL_SLICE, Chunk, ChunkProcessor, tune_gc
+    from datagen.pipeline.stages.trajectories import chunk_stats
     from datagen.config import GenerateConfig
     from datagen.rows import render, trajectory_table
     from datagen.types import Task

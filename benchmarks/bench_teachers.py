@@ -35,21 +35,23 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 
-from datagen.chunk import ChunkProcessor, plan_chunks  # noqa: E402
+from datagen.envs import DEFAULT_ENVS  # noqa: E402
+from datagen.pipeline.chunk import ChunkProcessor, plan_chunks  # noqa: E402
 from datagen.config import GenerateConfig  # noqa: E402
 from datagen.teachers.episode import TurnBackend  # noqa: E402
 
 
-def timed(obj, name: str, totals: dict[str, float]) -> None:
-    """Accumulate the wall time of `obj.name(...)` calls into totals[name]."""
+def timed(obj, name: str, totals: dict[str, float], key: str | None = None) -> None:
+    """Accumulate the wall time of `obj.name(...)` calls into totals[key or name]."""
     original = getattr(obj, name)
+    key = key or name
 
     def wrapper(*args, **kwargs):
         started = time.perf_counter()
         try:
             return original(*args, **kwargs)
         finally:
-            totals[name] = totals.get(name, 0.0) + time.perf_counter() - started
+            totals[key] = totals.get(key, 0.0) + time.perf_counter() - started
     setattr(obj, name, wrapper)
 
 
@@ -124,9 +126,8 @@ def run_chunk(args, teacher: dict, out: Path) -> dict:
             clock.stop()
     processor.rollout = rollout
     stages: dict[str, float] = {}
-    timed(processor, "trajectory_table", stages)
-    if processor.negatives is not None:
-        timed(processor.negatives, "run", stages)
+    for stage in processor.stages:
+        timed(stage, "run", stages, key=stage.name)
     started = time.perf_counter()
     record = processor.process(chunk)
     wall = time.perf_counter() - started
@@ -136,8 +137,8 @@ def run_chunk(args, teacher: dict, out: Path) -> dict:
     return {"episodes": len(metas), "wall": wall, "rollout": rollout_s,
             "tokens": sum(m["completion_tokens"] for m in metas),
             "turns": sum(m["turns"] for m in metas) / len(metas),
-            "idle": clock.idle_share(), "rows": stages.get("trajectory_table", 0.0) / wall,
-            "negatives": stages.get("run", 0.0) / wall,
+            "idle": clock.idle_share(), "rows": stages.get("trajectories", 0.0) / wall,
+            "negatives": stages.get("negatives", 0.0) / wall,
             "outside": sum(1 - m["model_s"] / max(m["latency_s"], 1e-9)
                            for m in metas) / len(metas),
             "post": (wall - rollout_s) / wall, "record": record}
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency", type=float, default=0.5, help="openai-fake: s per turn")
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--envs", nargs="+", default=["sql", "fs", "enterprise"])
+    parser.add_argument("--envs", nargs="+", default=list(DEFAULT_ENVS))
     parser.add_argument("--model", default="runs/tiny-qwen2", help="tiny model dir (built if "
                         "missing) for openai-vllm and hf")
     args = parser.parse_args(argv)

@@ -8,10 +8,16 @@
 2. landmark attention vs sequence length (1k-16k at tiny size): CPU time per token and peak
    memory of one grouped-softmax attention call (forward, and forward+backward), and of a
    whole tiny-model forward (landmark vs causal SDPA).
+3. step time of DPO vs SAD on the same tokens: the batch's rows read as pairs (rows 0..P-1
+   chosen, P..2P-1 rejected, the last `--completion` tokens of each row the completion),
+   the same model with split embeddings and MCH on; SAD one-hot over the same rows, DPO
+   with a frozen reference (its forward each step) and with precomputed reference
+   log-probs (the policy's forward + backward only).
 
-    python benchmarks/bench_trainer.py                   # both, ~5-10 minutes on 2 CPUs
+    python benchmarks/bench_trainer.py                   # all, ~5-10 minutes on 2 CPUs
     python benchmarks/bench_trainer.py --only sad --threads 1
     python benchmarks/bench_trainer.py --only landmark --lengths 1024 4096 16384
+    python benchmarks/bench_trainer.py --only dpo --threads 1
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psutil  # noqa: E402
 import torch  # noqa: E402
 
-from trainer.losses import LossSettings, TeacherSignal, make_loss_fn  # noqa: E402
+from trainer.losses import LossSettings, TeacherSignal, balanced_mch_loss, make_loss_fn  # noqa: E402
 from trainer.model import build_model, tiny  # noqa: E402
 from trainer.model.landmark import grouped_softmax_attention  # noqa: E402
+from trainer.preference_loss import PreferenceSettings, make_preference_loss_fn, \
+    sequence_logps_fn  # noqa: E402
 
 
 def agent_batch(batch: int, length: int, vocab: int, k: int = 8, seed: int = 0) -> dict:
@@ -92,6 +100,78 @@ def bench_sad(args: argparse.Namespace) -> None:
         w, c = statistics.median(wall[name]), statistics.median(cpu[name])
         print(f"{name:<34}{w:>10.3f}{w / base_wall - 1:>+9.1%}{c:>10.3f}{c / base_cpu - 1:>+9.1%}"
               f"{tokens / c:>14.0f}")
+
+
+def _interleaved(variants: dict, repeats: int, model: torch.nn.Module,
+                 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and CPU seconds of each variant's step (a callable that runs forward and
+    backward), interleaved round by round; the first round warms up."""
+    wall: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    for repeat in range(repeats + 1):
+        for name, step in variants.items():
+            started, started_cpu = time.perf_counter(), time.process_time()
+            step()
+            model.zero_grad(set_to_none=True)
+            if repeat:
+                wall[name].append(time.perf_counter() - started)
+                cpu[name].append(time.process_time() - started_cpu)
+    return wall, cpu
+
+
+def bench_dpo(args: argparse.Namespace) -> None:
+    if args.batch % 2:
+        raise SystemExit("--batch must be even for DPO (chosen and rejected rows)")
+    config = tiny(vocab_size=args.vocab, split_embeddings=True, use_mch=True,
+                  tool_call_start_id=5, im_end_id=6)
+    model = build_model(config).train()
+    reference = build_model(config).eval().requires_grad_(False)
+    batch = agent_batch(args.batch, args.seq_len, args.vocab)
+    ids, spans = batch["input_ids"], batch["span_ids"]
+    completion = torch.zeros_like(ids, dtype=torch.bool)
+    completion[:, -args.completion:] = True
+    pairs = args.batch // 2
+    mch_positions = torch.full((args.batch, 1), args.seq_len - 1)
+    mch_labels = torch.tensor([[1]] * pairs + [[0]] * pairs)
+    settings = PreferenceSettings(chunk_size=512)
+    stored = [torch.randn(pairs), torch.randn(pairs)]
+
+    def sad() -> None:
+        loss_fn = make_loss_fn(ids, spans, TeacherSignal(), LossSettings("sad", chunk_size=512))
+        model(input_ids=ids, span_ids=spans, loss_fn=loss_fn).loss.backward()
+
+    def dpo(frozen: bool) -> None:
+        ref = stored
+        if frozen:
+            with torch.no_grad():
+                sums = reference(input_ids=ids, span_ids=spans,
+                                 loss_fn=sequence_logps_fn(ids, completion, settings)).loss
+            ref = [sums[:pairs], sums[pairs:]]
+        loss_fn = make_preference_loss_fn(ids, completion, ref[0], ref[1], torch.ones(pairs),
+                                          settings)
+        model(input_ids=ids, span_ids=spans, loss_fn=loss_fn).loss.backward()
+
+    def dpo_mch() -> None:
+        loss_fn = make_preference_loss_fn(ids, completion, stored[0], stored[1],
+                                          torch.ones(pairs), settings)
+        out = model(input_ids=ids, span_ids=spans, loss_fn=loss_fn, mch_positions=mch_positions)
+        (out.loss + 0.5 * balanced_mch_loss(out.mch_logits, mch_labels)[0]).backward()
+
+    variants = {"SAD, one-hot teacher": sad, "DPO, frozen reference": partial(dpo, True),
+                "DPO, precomputed reference": partial(dpo, False),
+                "DPO, precomputed + MCH": dpo_mch}
+    wall, cpu = _interleaved(variants, args.repeats, model)
+    base = "SAD, one-hot teacher"
+    base_wall, base_cpu = statistics.median(wall[base]), statistics.median(cpu[base])
+    print(f"\nDPO vs SAD on the same tokens: tiny model with split embeddings + MCH "
+          f"({sum(p.numel() for p in model.parameters())/1e6:.2f}M params, vocab {args.vocab}), "
+          f"{pairs} pairs = {args.batch} rows x {args.seq_len} tokens (completion: last "
+          f"{args.completion}), {torch.get_num_threads()} thread(s), median of {args.repeats} "
+          f"interleaved rounds")
+    print(f"{'variant':<30}{'wall (s)':>10}{'vs SAD':>9}{'CPU (s)':>10}{'vs SAD':>9}")
+    for name in variants:
+        w, c = statistics.median(wall[name]), statistics.median(cpu[name])
+        print(f"{name:<30}{w:>10.3f}{w / base_wall - 1:>+9.1%}{c:>10.3f}{c / base_cpu - 1:>+9.1%}")
 
 
 class PeakRSS:
@@ -166,12 +246,14 @@ def measure(run) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["sad", "landmark"])
+    parser.add_argument("--only", choices=["sad", "landmark", "dpo"])
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--vocab", type=int, default=4096)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--completion", type=int, default=128,
+                        help="DPO: completion tokens at the end of each row")
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--landmark-repeats", type=int, default=1)
     args = parser.parse_args()
@@ -182,6 +264,8 @@ def main() -> int:
         bench_sad(args)
     if args.only in (None, "landmark"):
         bench_landmark(args)
+    if args.only in (None, "dpo"):
+        bench_dpo(args)
     return 0
 
 

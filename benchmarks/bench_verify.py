@@ -20,10 +20,10 @@ import shutil
 import time
 from pathlib import Path
 
-from datagen.chunk import ChunkProcessor, plan_chunks
+from datagen.pipeline.chunk import ChunkProcessor, plan_chunks
 from datagen.config import RUN_ONLY_FIELDS, load_config
-from datagen.shards import TABLES, ChunkRecord, ShardInfo, ShardStore
-from datagen.verify import verify_output
+from datagen.pipeline.shards import ChunkRecord, ShardInfo, ShardStore, read_manifest
+from datagen.pipeline.verify import verify_output
 
 
 def build(out: Path, real: int, total: int) -> ShardStore:
@@ -48,14 +48,18 @@ def build(out: Path, real: int, total: int) -> ShardStore:
     return store
 
 
+def shard_files(root: Path) -> list[Path]:
+    return [root / info["file"] for infos in read_manifest(root)["shards"].values()
+            for info in infos]
+
+
 def evict(root: Path) -> None:
-    for table in TABLES:
-        for path in (root / table).glob("*.parquet"):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+    for path in shard_files(root):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def timed(label: str, run, root: Path, cold: bool) -> None:
@@ -80,7 +84,7 @@ def main() -> None:
     out = Path(args.out)
     store = ShardStore(out) if args.keep and (out / "manifest.json").exists() else build(
         out, args.real, args.trajectories)
-    shards = [p for t in TABLES for p in (out / t).glob("*.parquet")]
+    shards = shard_files(out)
     size = sum(p.stat().st_size for p in shards)
     print(f"{out}: {len(store.marked_chunks())} chunks, {len(shards)} shards, "
           f"{size / 2**20:,.0f} MiB; load average {os.getloadavg()[0]:.1f}")

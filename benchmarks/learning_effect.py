@@ -43,7 +43,7 @@ from heldout_scores import score_checkpoint  # noqa: E402
 from learning_tables import conclusion, markdown_table, plot  # noqa: E402
 from local_training import composed_rows, steps_for_budget, train_locally  # noqa: E402
 from trainer.config import TrainConfig, load_config  # noqa: E402
-from trainer.fit import data_settings  # noqa: E402
+from trainer.recipes.sad import data_settings  # noqa: E402
 
 OBJECTIVES = {"sft": ["loss.objective=sft", "loss.teacher=onehot"],
               "token_kd": ["loss.objective=token_kd", "loss.teacher=online"],

@@ -1,5 +1,5 @@
 """Training in one process without a Ray cluster, for benchmarks that compare recipes per
-CPU-second: the library's own training step (`trainer.loop.forward_backward`, the student
+CPU-second: the library's own training step (`trainer.recipes.sad.forward_backward`, the student
 and teacher builders, the lr schedule of `trainer.engines`) on the micro-batches the data
 stream composes (`trainer.data.training_batches`, called in-process), so a figure measured
 here is what `python -m trainer fit` computes per step, without Ray Data's reader process
@@ -31,10 +31,10 @@ import torch
 from trainer.collate import Collate
 from trainer.config import TrainConfig
 from trainer.data import DataSettings, training_batches
-from trainer.documents import TRAJECTORY_COLUMNS
+from trainer.contract import TRAJECTORY_COLUMNS
 from trainer.engines import DDPEngine
-from trainer.fit import data_settings
-from trainer.loop import build_student, forward_backward, load_teacher, round_up
+from trainer.recipes.sad import data_settings, forward_backward, load_teacher
+from trainer.student import build_student, round_up
 from trainer.tokens import load_tokenizer, special_ids
 
 

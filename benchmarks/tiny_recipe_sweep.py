@@ -35,7 +35,7 @@ import torch  # noqa: E402
 from heldout_scores import score_checkpoint  # noqa: E402
 from local_training import composed_rows, steps_for_budget, train_locally  # noqa: E402
 from trainer.config import load_config  # noqa: E402
-from trainer.fit import data_settings  # noqa: E402
+from trainer.recipes.sad import data_settings  # noqa: E402
 
 # The shipped tiny recipe before the sweep (configs/train_tiny.yaml at adb7a6a), spelled out
 # so that it stays reproducible when the file changes.

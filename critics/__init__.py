@@ -2,13 +2,15 @@
 
     inject.inject_error(traj, env, seed)        -> Injection (wrong call executed in the env)
     repair.repair_injection(env, inj, critic, rng) / repair.repair_failed(env, traj, critic, rng)
-                                                -> Repair (checker-verified) or a reason
+                                                -> Repair (checker-verified) or Rejected
     rule_critic.rule_critic / llm_critic.LLMCritic(complete)   the critic callables
     safety.safety_cases(env, traj) + safety_pairs.safety_preference(...)  DPO pairs
+    safety.register_safety_cases(EnvClass)(builder)   the cases of an environment class
     irr.evaluate_irr(policy, envs, num_tasks, seed)            recovery rate per env and kind
 
-The pipeline stage that wires these together is `datagen.critic_stage.CriticStage`. In repair
-text the wrong call's span kind is `ERROR` (no loss); the critique is REASON, the fix ACT.
+The pipeline stage that wires these together is `datagen.pipeline.stages.critics.CriticStage`.
+In repair text the wrong call's span kind is `ERROR` (no loss); the critique is REASON, the fix
+ACT. What is not produced comes back as `mutators.Rejected(kind, detail)`, counted by kind.
 """
 
 from critics.critique import Critic, Critique, CritiqueRequest

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from datagen.envs import Environment
 from datagen.types import Observation, ToolCall, Trajectory
-from mutators import ALL_KINDS, Negative, mutate_report
+from mutators import ALL_KINDS, Negative, Rejected, mutate_report
 
 
 @dataclass(slots=True)
@@ -52,9 +52,9 @@ def _tool(traj: Trajectory, name: str) -> dict[str, Any]:
 
 
 def inject_error(traj: Trajectory, env: Environment, seed: int,
-                 kinds: Sequence[str] = ALL_KINDS) -> Injection | str:
-    """Inject one hard negative into `traj` (a seeded step and kind); the reason as a string
-    when no step of the trajectory admits a negative of the wanted kinds."""
+                 kinds: Sequence[str] = ALL_KINDS) -> Injection | Rejected:
+    """Inject one hard negative into `traj` (a seeded step and kind); Rejected when the
+    trajectory has no tool call, or no step admits a negative of the wanted kinds."""
     rng = random.Random(seed)
     candidates = call_steps(traj)
     rng.shuffle(candidates)
@@ -72,5 +72,7 @@ def inject_error(traj: Trajectory, env: Environment, seed: int,
                          dict(negative.call.get("arguments") or {}))
         observation = env.step(wrong.as_dict())
         return Injection(traj, index, negative, wrong, observation)
-    return "no injectable step (" + ", ".join(reasons[:3]) + ")" if reasons else "no tool call"
+    if not reasons:
+        return Rejected("no_tool_call", "the trajectory makes no tool call")
+    return Rejected("no_injectable_step", "no injectable step (" + ", ".join(reasons[:3]) + ")")
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from critics.inject import inject_error
-from datagen.envs import Environment, make_env
+from datagen.envs import DEFAULT_ENVS, Environment, make_env
 from datagen.teachers import OracleTeacher
 from datagen.teachers.phrasing import final_reasoning, step_reasoning
 from datagen.types import Step, Task, stable_seed
-from mutators import ALL_KINDS
+from mutators import ALL_KINDS, Rejected
 
 Policy = Callable[[Task, list[dict[str, Any]], list[Step], random.Random], Step]
 
@@ -81,7 +81,7 @@ def run_episode(env: Environment, task: Task, policy: Policy, seed: int,
     if not traj.success:
         return None
     injection = inject_error(traj, env, seed, kinds)
-    if isinstance(injection, str):
+    if isinstance(injection, Rejected):
         return None
     steps = traj.steps[: injection.step] + [
         Step(traj.steps[injection.step].reasoning, call=injection.wrong_call,
@@ -105,7 +105,7 @@ def run_episode(env: Environment, task: Task, policy: Policy, seed: int,
     return episode
 
 
-def evaluate_irr(policy: Policy = oracle_policy, envs: Sequence[str] = ("sql", "fs", "enterprise"),
+def evaluate_irr(policy: Policy = oracle_policy, envs: Sequence[str] = DEFAULT_ENVS,
                  num_tasks: int = 60, seed: int = 0, kinds: Sequence[str] = ALL_KINDS,
                  extra_turns: int = 2) -> IRRReport:
     """IRR over `num_tasks` held-out tasks (round-robin over `envs`, ids `irr-<seed>-<i>`,

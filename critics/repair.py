@@ -27,6 +27,7 @@ from datagen.preferences import TrajectoryView, call_message, preference_row, te
 from datagen.rows import trajectory_row
 from datagen.teachers.phrasing import final_reasoning, step_reasoning
 from datagen.types import Span, Step, ToolCall, Trajectory, stable_hash
+from mutators import Rejected
 
 ERROR_SPAN = "ERROR"
 _RETRY = ("Let me try that again.", "I'll run the same call once more.",
@@ -65,24 +66,25 @@ def continue_gold(env: Environment, traj: Trajectory, steps: list[Step], next_go
 
 def build_repair(env: Environment, traj: Trajectory, prefix: list[Step], wrong: Step,
                  critic: Critic, rng: random.Random, error_kind: str, negative: Any = None
-                 ) -> Repair | str:
+                 ) -> Repair | Rejected:
     """Critique `wrong` (already executed in `env`), run the corrected call and the rest of
-    the gold solution; a Repair when the checker accepts, else the reason."""
+    the gold solution; a Repair when the checker accepts, else why not."""
     index = len(prefix)
     steps = prefix + [wrong]
     reference = traj.task.gold[index].call if index < len(traj.task.gold) else None
     request = build_request(traj.task, traj.tools, steps, index, reference, error_kind, negative)
     critique: Critique = critic(request, rng)
     if critique.call is None:
-        return f"critic gave no corrected call: {critique.error}"
+        return Rejected("critic_gave_no_call", f"critic gave no corrected call: {critique.error}")
     fixed = Step(critique.text, call=critique.call)
     fixed.observation = env.step(critique.call.as_dict())
     steps.append(fixed)
     if fixed.observation.error:
-        return "the corrected call failed"
+        return Rejected("corrected_call_failed", "the corrected call failed: "
+                        f"{fixed.observation.error}")
     success, _ = continue_gold(env, traj, steps, index + 1, rng)
     if not success:
-        return "checker rejected the repaired trajectory"
+        return Rejected("checker_rejected", "checker rejected the repaired trajectory")
     repaired = Trajectory(id=stable_hash(traj.id, "repair", index, error_kind), task=traj.task,
                           tools=traj.tools, steps=steps, success=True, reward=1.0,
                           teacher=f"{traj.teacher}+critic", round=traj.round)
@@ -90,7 +92,7 @@ def build_repair(env: Environment, traj: Trajectory, prefix: list[Step], wrong: 
 
 
 def repair_injection(env: Environment, injection: Injection, critic: Critic,
-                     rng: random.Random) -> Repair | str:
+                     rng: random.Random) -> Repair | Rejected:
     """Repair an injected error; `env` must be in the state right after the wrong call."""
     traj, index = injection.traj, injection.step
     wrong = Step(traj.steps[index].reasoning, call=injection.wrong_call,
@@ -114,11 +116,12 @@ def first_faulty_step(traj: Trajectory) -> int | None:
 
 
 def repair_failed(env: Environment, traj: Trajectory, critic: Critic,
-                  rng: random.Random) -> Repair | str:
+                  rng: random.Random) -> Repair | Rejected:
     """Repair a failed rollout from its first faulty step, re-executing the prefix."""
     index = first_faulty_step(traj)
     if index is None or index >= len(traj.task.gold):
-        return "no faulty step found before the end of the gold solution"
+        return Rejected("no_faulty_step", "no faulty step found before the end of the gold "
+                        "solution")
     replay(env, traj, index)
     original = traj.steps[index]
     wrong = Step(original.reasoning, call=original.call, answer=original.answer)

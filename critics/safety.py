@@ -1,9 +1,12 @@
 """Safety preference pairs: dangerous tool requests a careful agent refuses or confirms first,
 and benign look-alikes it should simply carry out.
 
-Each built-in environment has a case builder that reads real entity names (tables, paths,
-accounts, orders, internal addresses) from a rolled-out trajectory and its environment, so the
-requests refer to the world the model will act in. A case is one decision:
+Each built-in environment class has a case builder that reads real entity names (tables,
+paths, accounts, orders, internal addresses) from a rolled-out trajectory and its environment,
+so the requests refer to the world the model will act in. Builders are registered per
+environment class (`register_safety_cases`; a subclass inherits its parent's): an environment
+without one gets `Rejected("no_safety_cases", ...)`, which the critic stage counts and the run
+summary reports, instead of silently no pairs. A case is one decision:
 - dangerous (destroy_data, exfiltration, unauthorised_change, prompt_injection):
   chosen = a refusal / confirmation request that explains the risk, rejected = the call;
 - benign (a look-alike: one named temp file, an authorised refund, an export to a colleague):
@@ -19,7 +22,11 @@ from typing import Callable
 
 from datagen.chat import render_trajectory
 from datagen.envs import Environment
+from datagen.envs.enterprise import EnterpriseEnv
+from datagen.envs.fs import FsEnv
+from datagen.envs.sql import SqlEnv
 from datagen.types import ToolCall, Trajectory
+from mutators import Rejected
 
 DANGEROUS_KINDS = ("destroy_data", "exfiltration", "unauthorised_change", "prompt_injection")
 BENIGN = "benign"
@@ -159,15 +166,36 @@ def _enterprise_cases(env: Environment, traj: Trajectory, text: str) -> list[Saf
 
 
 CaseBuilder = Callable[[Environment, Trajectory, str], list[SafetyCase]]
-CASE_BUILDERS: dict[str, CaseBuilder] = {"sql": _sql_cases, "fs": _fs_cases,
-                                         "enterprise": _enterprise_cases}
+CASE_BUILDERS: dict[type[Environment], CaseBuilder] = {}
 
 
-def safety_cases(env: Environment, traj: Trajectory) -> list[SafetyCase]:
-    """The cases of `traj`'s environment, with names from its world ([] for other envs)."""
-    builder = CASE_BUILDERS.get(traj.task.env)
+def register_safety_cases(env_class: type[Environment]) -> Callable[[CaseBuilder], CaseBuilder]:
+    """Decorator: `builder(env, traj, text)` makes the safety cases of `env_class` (and of its
+    subclasses that register none of their own)."""
+    def register(builder: CaseBuilder) -> CaseBuilder:
+        CASE_BUILDERS[env_class] = builder
+        return builder
+    return register
+
+
+register_safety_cases(SqlEnv)(_sql_cases)
+register_safety_cases(FsEnv)(_fs_cases)
+register_safety_cases(EnterpriseEnv)(_enterprise_cases)
+
+
+def case_builder(env: Environment) -> CaseBuilder | None:
+    """The builder registered for `env`'s class or its nearest ancestor, or None."""
+    return next((CASE_BUILDERS[cls] for cls in type(env).__mro__ if cls in CASE_BUILDERS), None)
+
+
+def safety_cases(env: Environment, traj: Trajectory) -> list[SafetyCase] | Rejected:
+    """The cases of `traj`'s environment, with names from its world; Rejected when its class
+    declares none."""
+    builder = case_builder(env)
     if builder is None:
-        return []
+        return Rejected("no_safety_cases", f"environment {traj.task.env!r} "
+                        f"({type(env).__name__}) declares no safety cases (register a builder "
+                        "with critics.safety.register_safety_cases)")
     env.reset(traj.task)
     cases = builder(env, traj, render_trajectory(traj)[0])
     return [SafetyCase(traj.task.env, c.kind, c.instruction, c.call, c.action, c.risk,

@@ -16,7 +16,8 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from datagen.envs import available_envs, import_modules, resolve_env
+from datagen.credentials import redact_credentials
+from datagen.envs import DEFAULT_ENVS, available_envs, import_modules, resolve_env
 from datagen.teachers.config import TeacherConfig  # backend sections live with the teachers
 
 
@@ -32,6 +33,13 @@ MAX_CHUNKS = 1_000_000
 MAX_SEED = 2**63 - 1  # seeds travel as int64 (Parquet `task_seed`, orjson)
 MAX_CONFIG_BYTES = 1 << 20
 MAX_CONFIG_NODES = 100_000  # YAML aliases can expand a small file into billions of values
+# A real config nests 5 levels (teacher.openai.extra_body.x); orjson refuses 255, Python's
+# recursion limit stops pydantic and PyYAML's pure-Python parser at a few hundred.
+MAX_CONFIG_DEPTH = 32
+INT64_RANGE = (-2**63, 2**63 - 1)  # what JSON readers, Arrow and the backends take as an integer
+# libyaml parses a 1 MB document in 2 s where PyYAML's Python parser takes 9 s, and it refuses
+# flow nesting past 1,000 levels instead of running into Python's recursion limit.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class StrictModel(BaseModel):
@@ -57,22 +65,55 @@ class EnvConfig(StrictModel):
         return name
 
 
-NEGATIVE_KINDS = ("type_error", "hallucinated_key", "logical_error")
+def _core_kinds() -> list[str]:
+    from mutators import KINDS  # imported when a config is built, not with this module
+
+    return list(KINDS)
+
+
+def _all_kinds() -> list[str]:
+    from mutators import SPECS
+
+    return list(SPECS)
+
+
+def _known_kinds(kinds: list[str]) -> list[str]:
+    """`kinds` if every one is in the mutators' registry (`mutators.SPECS`), without repeats."""
+    known = _all_kinds()
+    unknown = [kind for kind in kinds if kind not in known]
+    if unknown:
+        raise ValueError(f"unknown negative kind {', '.join(map(repr, unknown))}; the mutators' "
+                         f"registry has: {', '.join(known)}")
+    if len(set(kinds)) != len(kinds):
+        raise ValueError("a kind is listed twice")
+    return kinds
 
 
 class NegativesConfig(StrictModel):
     """Hard negatives for every correct tool call of a successful trajectory."""
 
     enabled: bool = Field(True, description="write the negatives table and its preference pairs")
-    kinds: list[Literal["type_error", "hallucinated_key", "logical_error"]] = Field(
-        default_factory=lambda: list(NEGATIVE_KINDS), description="core kinds to produce")
-    extra_kinds: bool = Field(False, description="also wrong_function and missing_required")
+    kinds: list[str] = Field(default_factory=_core_kinds, min_length=1, description=(
+        "kinds to produce, names from the mutators' registry: type_error, hallucinated_key, "
+        "logical_error (the default), wrong_function, missing_required"))
     execute: bool = Field(True, description="verify each logical error in the environment "
                           "(it must change the outcome); off = faster, unverified")
     max_env_checks: int = Field(12, ge=1, description="candidate executions per call")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _extra_kinds_folded(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "extra_kinds" in data:
+            raise ValueError("extra_kinds was folded into kinds: list the kinds to produce, "
+                             "e.g. kinds: [type_error, hallucinated_key, logical_error, "
+                             "wrong_function, missing_required]")
+        return data
 
-CRITIC_KINDS = NEGATIVE_KINDS + ("wrong_function", "missing_required")
+    @field_validator("kinds")
+    @classmethod
+    def _registered(cls, kinds: list[str]) -> list[str]:
+        return _known_kinds(kinds)
+
 
 # The critic runs in the chunk worker's process: backends that live there. vLLM engines are
 # Ray actors that play whole episodes; a served vLLM is reached through `openai`.
@@ -93,14 +134,18 @@ class CriticsConfig(StrictModel):
                                       "run's teacher when that is hf or openai")
     inject_rate: float = Field(0.5, ge=0, le=1, description="share of successful trajectories "
                                "that get one injected error and its repair")
-    kinds: list[Literal["type_error", "hallucinated_key", "logical_error", "wrong_function",
-                        "missing_required"]] = Field(default_factory=lambda: list(CRITIC_KINDS),
-                                                     description="error kinds to inject")
+    kinds: list[str] = Field(default_factory=_all_kinds, min_length=1, description="error "
+                             "kinds to inject, names from the mutators' registry (default: all)")
     repair_failed: bool = Field(True, description="also repair failed rollouts")
     safety_rate: float = Field(0.25, ge=0, le=1, description="share of successful trajectories "
                                "whose world is used for safety pairs")
     safety_per_trajectory: int = Field(2, ge=1, description="safety cases drawn per chosen "
                                        "trajectory (dangerous and benign look-alikes mixed)")
+
+    @field_validator("kinds")
+    @classmethod
+    def _registered(cls, kinds: list[str]) -> list[str]:
+        return _known_kinds(kinds)
 
     @model_validator(mode="after")
     def _llm_only_for_llm(self) -> CriticsConfig:
@@ -125,10 +170,12 @@ class GenerateConfig(StrictModel):
                             "Larger chunks amortise Ray overhead, smaller ones lose less on a kill")
     # env_modules comes before envs: fields validate in order, and the modules must be
     # imported before the environment names they register are checked.
-    env_modules: list[str] = Field(default_factory=list, description="modules to import so "
-                                   "their @register_env environments can be named in `envs`")
+    env_modules: list[str] = Field(default_factory=list, description="modules to import (on "
+                                   "the driver and every worker) so their @register_env "
+                                   "environments can be named in `envs` and their "
+                                   "@register_stage stages run")
     envs: list[EnvConfig] = Field(default_factory=lambda: [EnvConfig(name=n) for n in
-                                  ("sql", "fs", "enterprise")], min_length=1)
+                                  DEFAULT_ENVS], min_length=1)
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     negatives: NegativesConfig = Field(default_factory=NegativesConfig)
     critics: CriticsConfig = Field(default_factory=CriticsConfig)
@@ -200,6 +247,16 @@ class GenerateConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _storable(self) -> GenerateConfig:
+        """The config travels as JSON (to the chunk workers, into _run.json and the manifest,
+        through the fingerprint): every value must survive that unchanged. JSON has no inf or
+        NaN (pydantic writes null, so a worker would see another config), orjson takes 64-bit
+        integers only, and a lone surrogate or non-UTF-8 bytes are no JSON text."""
+        if problem := _unstorable(self.model_dump(mode="python")):
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
     def _critic_model(self) -> GenerateConfig:
         critics = self.critics
         if not critics.enabled or critics.backend != "llm":
@@ -219,21 +276,71 @@ RUN_ONLY_FIELDS = {"out", "num_workers", "max_in_flight", "overwrite", "progress
                    "max_worker_restarts", "worker_resources"}
 
 
+def public_dump(config: GenerateConfig) -> dict[str, Any]:
+    """The config as datagen writes it beside the data (_run.json, manifest, card): every
+    field that changes the data, run-only fields left out, credentials redacted
+    (datagen/credentials.py). A config without credentials dumps as `model_dump` does."""
+    return redact_credentials(config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS))
+
+
 def fingerprint(config: GenerateConfig) -> str:
-    """Hash of every field that changes the data (run-only fields excluded)."""
-    payload = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS)
+    """Hash of the public dump: of every field that changes the data, credentials redacted
+    (why not their real values: datagen/credentials.py)."""
+    payload = public_dump(config)
     return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+def _unstorable(dump: Any) -> str | None:
+    """`path: why` for the first value of a config dump (python mode) that JSON cannot carry
+    exactly, or None."""
+    stack: list[tuple[str, Any]] = [("", dump)]
+    while stack:
+        path, value = stack.pop()
+        problem = _value_problem(value)
+        if problem:
+            return f"{path or '(config)'}: {problem}"
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key_problem := _value_problem(key):
+                    return f"{path or '(config)'}: a key: {key_problem}"
+                stack.append((f"{path}.{key}" if path else str(key), item))
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack.extend((f"{path}.{index}", item) for index, item in enumerate(value))
+    return None
+
+
+def _value_problem(value: Any) -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number (JSON, which carries the config, has none)"
+    if isinstance(value, int) and not isinstance(value, bool) and not (
+            INT64_RANGE[0] <= value <= INT64_RANGE[1]):
+        return "an integer outside the 64-bit range (-2^63 .. 2^63-1)"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return (f"not valid Unicode text (a lone surrogate U+{ord(value[exc.start]):04X} at "
+                    f"character {exc.start})")
+    if isinstance(value, bytes):
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return f"binary data that is not UTF-8 text (byte 0x{value[exc.start]:02x})"
+    return None
 
 
 def _format_errors(error: ValidationError, source: str) -> str:
     """One line for one error (the common case), else a line per error."""
     lines = []
     for item in error.errors():
-        path = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        path = ".".join(str(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown field"
-        lines.append(f"{path}: {message}")
+        elif item["type"] == "string_unicode":  # lone surrogates: non-UTF-8 argv or file names
+            message = "not valid UTF-8 text (a path or name with non-UTF-8 bytes?)"
+        # a whole-config check (loc empty) names its fields in the message
+        lines.append(f"{path}: {message}" if path else message)
     if len(lines) == 1:
         return f"invalid config ({source}): {lines[0]}"
     return "\n".join([f"invalid config ({source}):", *(f"  {line}" for line in lines)])
@@ -247,18 +354,42 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{problem}{where}"
 
 
-def _count_nodes(data: Any, limit: int) -> int:
-    """Values in `data` as pydantic would see them, aliases expanded; stops past `limit`."""
-    count, stack = 0, [data]
-    while stack and count <= limit:
-        item = stack.pop()
+def _shape_problem(data: Any) -> str | None:
+    """Why `data` is too big for a config to check (values counted as pydantic would see
+    them, aliases expanded; nesting depth), or None. Stops at the first limit it passes."""
+    count, stack = 0, [(data, 0)]
+    while stack:
+        item, depth = stack.pop()
         count += 1
+        if count > MAX_CONFIG_NODES:
+            return f"over {MAX_CONFIG_NODES:,} values once YAML aliases are expanded"
+        if depth > MAX_CONFIG_DEPTH:
+            return f"nested deeper than {MAX_CONFIG_DEPTH} levels"
         if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
+            stack.extend((key, depth + 1) for key in item.keys())
+            stack.extend((value, depth + 1) for value in item.values())
         elif isinstance(item, list):
-            stack.extend(item)
-    return count
+            stack.extend((value, depth + 1) for value in item)
+    return None
+
+
+def _load_yaml(text: str) -> Any:
+    """YAML -> Python; ValueError (with a one-line reason) for anything that is not YAML a
+    config can hold."""
+    try:
+        return yaml.load(text, Loader=_YAML_LOADER)  # a SafeLoader: no Python objects
+    except yaml.YAMLError as exc:
+        raise ValueError(_yaml_problem(exc)) from None
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_CONFIG_DEPTH} levels") from None
+    except UnicodeError as exc:  # a --set value from non-UTF-8 argv bytes
+        raise ValueError(f"not UTF-8 text ({exc.reason})") from None
+    except ValueError as exc:  # an integer of over 4,300 digits, as Python refuses to parse
+        raise ValueError(str(exc).split(";")[0]) from None
+    except Exception as exc:  # PyYAML's constructors on odd explicit tags: `!!float` alone
+        # raises IndexError. A safe loader builds plain data only, so any failure here is
+        # the document's
+        raise ValueError(f"cannot be read ({type(exc).__name__}: {exc})") from None
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
@@ -277,10 +408,9 @@ def parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigError(f"override {item!r} must look like key=value")
     try:
-        return key.strip(), yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"override {key.strip()}: not a YAML value: {_yaml_problem(exc)}"
-                          ) from None
+        return key.strip(), _load_yaml(raw)
+    except ValueError as exc:
+        raise ConfigError(f"override {key.strip()}: not a YAML value: {exc}") from None
 
 
 def _read_yaml(path: str | Path) -> dict[str, Any]:
@@ -289,6 +419,8 @@ def _read_yaml(path: str | Path) -> dict[str, Any]:
             raw = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a NUL in the path (only from Python callers: argv has none)
+        raise ConfigError(f"cannot read config {path!r}: {exc}") from None
     if len(raw) > MAX_CONFIG_BYTES:
         raise ConfigError(f"config {path} is over {MAX_CONFIG_BYTES:,} bytes; a config is a "
                           "few dozen lines")
@@ -298,9 +430,9 @@ def _read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
                           f"offset {exc.start})") from None
     try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config {path} is not valid YAML: {_yaml_problem(exc)}") from None
+        data = _load_yaml(text) or {}
+    except ValueError as exc:
+        raise ConfigError(f"config {path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config {path} must be a YAML mapping, got {type(data).__name__}")
     return data
@@ -313,9 +445,8 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     source = str(path) if path else "defaults"
     for key, value in (overrides or {}).items():
         _set_dotted(data, key, value)
-    if _count_nodes(data, MAX_CONFIG_NODES) > MAX_CONFIG_NODES:
-        raise ConfigError(f"invalid config ({source}): over {MAX_CONFIG_NODES:,} values once "
-                          "YAML aliases are expanded")
+    if problem := _shape_problem(data):
+        raise ConfigError(f"invalid config ({source}): {problem}")
     try:
         return GenerateConfig.model_validate(data)
     except ValidationError as exc:

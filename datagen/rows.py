@@ -18,7 +18,8 @@ from datagen.chat import ANSWER_PREFIX, render_trajectory, to_messages
 from datagen.types import Observation, Span, Step, Task, ToolCall, Trajectory
 
 # 2: rows with token ids always name their tokenizer (`tokenizer` column, oracle runs too)
-SCHEMA_VERSION = 2
+# 3: `error_kind` next to `error` in trajectories (repairs had it: now in the same place)
+SCHEMA_VERSION = 3
 
 MESSAGE_TYPE = pa.struct([
     ("role", pa.string()), ("content", pa.string()),
@@ -33,8 +34,8 @@ TRAJECTORY_SCHEMA = pa.schema([
     ("task_seed", pa.int64()), ("task", pa.string()), ("tools", pa.string()),
     ("messages", pa.list_(MESSAGE_TYPE)), ("text", pa.string()),
     ("spans", pa.list_(SPAN_TYPE)), ("success", pa.bool_()), ("reward", pa.float32()),
-    ("error", pa.string()), ("n_steps", pa.int16()), ("teacher", pa.string()),
-    ("round", pa.int16()),
+    ("error", pa.string()), ("error_kind", pa.string()), ("n_steps", pa.int16()),
+    ("teacher", pa.string()), ("round", pa.int16()),
 ])
 NEGATIVE_SCHEMA = pa.schema([
     ("trajectory_id", pa.string()), ("env", pa.string()), ("step", pa.int16()),
@@ -52,11 +53,12 @@ PREFERENCE_SCHEMA = pa.schema([
     ("prompt_text", pa.string()), ("chosen_text", pa.string()),
     ("rejected_text", pa.string()),
 ])
-# Repairs (critics): trajectory columns + where the fault was and the critique of it. Span kind
+# Repairs (critics): trajectory columns + where the fault was and the critique of it; their
+# `error_kind` is the kind of the repaired fault (the trajectory itself succeeds). Span kind
 # ERROR marks the wrong call (kept in the text for context, excluded from the loss).
 REPAIR_SCHEMA = pa.schema(list(TRAJECTORY_SCHEMA) + [
     pa.field("source_id", pa.string()), pa.field("error_step", pa.int16()),
-    pa.field("error_kind", pa.string()), pa.field("critique", pa.string()),
+    pa.field("critique", pa.string()),
 ])
 TOKEN_FIELDS = [pa.field("input_ids", pa.list_(pa.int32())),
                 pa.field("span_ids", pa.list_(pa.int8()))]
@@ -88,7 +90,8 @@ def trajectory_row(traj: Trajectory, text: str, spans: list[Span],
         "messages": to_messages(traj) if traj.task.instruction else [], "text": text,
         "spans": [{"kind": s.kind, "start": s.start, "end": s.end, "step": s.step} for s in spans],
         "success": traj.success, "reward": traj.reward, "error": traj.error,
-        "n_steps": n_tool_steps(traj), "teacher": traj.teacher, "round": traj.round,
+        "error_kind": traj.error_kind, "n_steps": n_tool_steps(traj), "teacher": traj.teacher,
+        "round": traj.round,
     }
 
 
@@ -130,7 +133,8 @@ def trajectory_from_row(row: dict[str, Any]) -> Trajectory:
                 instruction=row["task"], gold=[])
     return Trajectory(id=row["id"], task=task, tools=orjson.loads(row["tools"]), steps=steps,
                       success=row["success"], reward=row["reward"], teacher=row["teacher"],
-                      round=row["round"], error=row["error"])
+                      round=row["round"], error=row["error"],
+                      error_kind=row.get("error_kind"))
 
 
 def rows_to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -173,6 +177,7 @@ def trajectory_table(trajectories: list[Trajectory], rendered: list[tuple[str, l
         "spans": _list_of_structs([spans for _, spans in rendered], SPAN_TYPE, by_key=False),
         "success": [t.success for t in trajectories],
         "reward": [t.reward for t in trajectories], "error": [t.error for t in trajectories],
+        "error_kind": [t.error_kind for t in trajectories],
         "n_steps": [n_tool_steps(t) for t in trajectories],
         "teacher": [t.teacher for t in trajectories], "round": [t.round for t in trajectories],
     }

@@ -79,13 +79,15 @@ class Observation:
 class Step:
     """One assistant turn: reasoning, then either a tool call (with its observation) or a final
     answer. `error` is set when the turn itself failed (the tool raised, the output was
-    unparsable); an error the tool reported back is on the observation."""
+    unparsable), as `kind: detail` with `error_kind` the kind; an error the tool reported back
+    is on the observation."""
 
     reasoning: str
     call: ToolCall | None = None
     observation: Observation | None = None
     answer: str | None = None
     error: str | None = None
+    error_kind: str | None = None
     # LLM teachers: the turn exactly as generated (without the closing <|im_end|>), so the row
     # shows what the model said, failed turns included. None for scripted teachers.
     raw: str | None = None
@@ -104,7 +106,9 @@ class Span:
 
 @dataclass(slots=True)
 class Trajectory:
-    """A rolled-out task: the steps the teacher took, and the verdict of the environment."""
+    """A rolled-out task: the steps the teacher took, and the verdict of the environment.
+    A failed one says why in `error` (text) and `error_kind` (a short name such as
+    `tool_raised` or `wrong_answer`, so that a run counts its failures by kind)."""
 
     id: str
     task: Task
@@ -115,6 +119,7 @@ class Trajectory:
     teacher: str
     round: int = 0
     error: str | None = None
+    error_kind: str | None = None
     # LLM teachers: model, sampling parameters, token counts, latency, cost (JSON-serialisable).
     meta: dict[str, Any] = field(default_factory=dict)
     # LLM teachers with token access: the exact token sequence the teacher saw and generated.

@@ -10,6 +10,7 @@ once seen; a spec edited in place must be passed as a new dict.
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +20,9 @@ from mutators.introspect import (accepted_types, base_policy, describe_types, gr
                                  merge_policies)
 from mutators.jsonvalues import PY_TYPE_TAG, NOT_JSON, json_type, type_label
 from mutators.keyword_checks import (Check, Err, json_check, key_errors, number_check,
-                                     string_check, under, unique_check, unknown_key_detail,
-                                     value_check)
+                                     pattern_miss, string_check, under, unique_check,
+                                     unknown_key_detail, value_check)
+from mutators.safe_regex import UNDECIDED
 from mutators.schema import Node, normalise
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {
@@ -173,10 +175,14 @@ class Compiler:
                     continue
                 matched = False
                 for pattern, sub in patterns:
-                    if type(key) is str and pattern.search(key):
+                    hit = pattern.search(key) if type(key) is str else None
+                    if hit:
                         matched = True
                         if found := sub(value):
                             errors = (errors or []) + under(found, key)
+                    elif hit is UNDECIDED:
+                        matched = True
+                        errors = (errors or []) + under([pattern_miss(pattern, key, hit)], key)
                 if matched or policy is None or (type(key) is str and key in policy.declared):
                     continue
                 if closed and type(key) is str and not policy.patterns:  # the common case
@@ -279,6 +285,7 @@ class CompiledSchema:
     check: Check
     warnings: tuple[str, ...]
     compiler: Compiler
+    time_budgeted: bool = False  # see NormalisedSchema
 
     def accepts(self, node: Node, value: Any, keyed: bool = True) -> bool:
         """Whether `value` is valid at `node` (a node of this schema's graph)."""
@@ -289,15 +296,25 @@ def _build(parameters: Any) -> CompiledSchema:
     normalised = normalise(parameters)
     compiler = Compiler()
     return CompiledSchema(normalised.root, compiler.check(normalised.root), normalised.warnings,
-                          compiler)
+                          compiler, normalised.time_budgeted)
 
 
-def _fingerprint(parameters: Any) -> bytes:
+def _fingerprint(parameters: Any) -> bytes | None:
+    """The schema's content as bytes, or None when it has none that can be computed (then it
+    is compiled but not cached by content)."""
     try:
         return orjson.dumps(parameters, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
                             default=repr)
-    except (TypeError, orjson.JSONEncodeError):
-        return repr(parameters).encode()
+    except (TypeError, orjson.JSONEncodeError):  # e.g. an int beyond 64 bits
+        pass
+    try:
+        return b"repr:" + repr(parameters).encode("utf-8", "surrogatepass")
+    except Exception:  # noqa: BLE001 - an int past 4,300 digits, a hostile __repr__
+        pass
+    try:
+        return b"pickle:" + pickle.dumps(parameters, protocol=5)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 _MAX_CACHED = 4096
@@ -311,11 +328,12 @@ def compile_schema(parameters: Any) -> CompiledSchema:
     if entry is not None and entry[0] is parameters:
         return entry[1]
     fingerprint = _fingerprint(parameters)
-    compiled = _by_fingerprint.get(fingerprint)
+    compiled = _by_fingerprint.get(fingerprint) if fingerprint is not None else None
     if compiled is None:
         compiled = _build(parameters)
-        _evict(_by_fingerprint)
-        _by_fingerprint[fingerprint] = compiled
+        if fingerprint is not None:
+            _evict(_by_fingerprint)
+            _by_fingerprint[fingerprint] = compiled
     _evict(_by_id)
     _by_id[id(parameters)] = (parameters, compiled)
     return compiled

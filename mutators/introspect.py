@@ -15,10 +15,10 @@ true` or a schema votes "open" (an explicit open beats a closed); a schema that 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from mutators.jsonvalues import json_type
+from mutators.safe_regex import SafeRegex
 from mutators.schema import Node
 
 OPEN, CLOSED = "open", "closed"
@@ -31,7 +31,7 @@ class KeyPolicy:
     validated against `extra` when set, rejected when `vote` is CLOSED, accepted otherwise."""
 
     declared: frozenset[str] = frozenset()
-    patterns: tuple[re.Pattern, ...] = ()
+    patterns: tuple[SafeRegex, ...] = ()
     vote: str | None = None
     extra: Node | None = None
 

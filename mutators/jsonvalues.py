@@ -54,7 +54,7 @@ def non_json_reason(value: Any) -> str | None:
     if tag == "object":
         for key, item in value.items():
             if not isinstance(key, str):
-                return f"non-string key {key!r}"
+                return f"non-string key {render(key)}"
             reason = non_json_reason(item)
             if reason:
                 return reason
@@ -90,13 +90,42 @@ def copy_json(value: Any) -> Any:
     return value
 
 
+def digits_to_int(digits: str) -> int | None:
+    """int(digits), or None past Python's int-str conversion limit (4,300 digits)."""
+    return int(digits) if len(digits) <= 4000 else None
+
+
+def int_to_text(value: int) -> str | None:
+    """str(value), or None past Python's int-str conversion limit (4,300 digits)."""
+    return str(value) if value.bit_length() <= 13_000 else None
+
+
 def render(value: Any, limit: int = 60) -> str:
     """A short JSON rendering of `value` for messages (falls back to repr)."""
+    if type(value) is int and value.bit_length() * _LOG10_2 > limit:
+        return _abbreviated_int(value)
     try:
         text = orjson.dumps(value).decode()
     except (TypeError, orjson.JSONEncodeError):
-        text = repr(value)
+        try:
+            text = repr(value)
+        except Exception:  # noqa: BLE001 - e.g. an int over 4,300 digits inside a list
+            text = f"<{type_label(value)} that cannot be shown>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_LOG10_2 = math.log10(2)
+
+
+def _abbreviated_int(value: int) -> str:
+    """`-1.235e+4999 (integer)`: without `str()`, which refuses ints over 4,300 digits and
+    is quadratic below that. `math.log10` takes ints of any size."""
+    exponent = math.log10(abs(value))
+    whole = math.floor(exponent)
+    mantissa = 10 ** (exponent - whole)
+    if mantissa >= 9.9995:
+        mantissa, whole = mantissa / 10, whole + 1
+    return f"{'-' if value < 0 else ''}{mantissa:.3f}e+{whole} (integer)"
 
 
 _PLAIN_KEY = re.compile(r"[\w\-$@]+")

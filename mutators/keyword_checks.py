@@ -9,11 +9,13 @@ hot path, allocate nothing.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any, Callable
 
 from mutators.formats import FORMAT_CHECKERS
 from mutators.introspect import KeyPolicy
 from mutators.jsonvalues import json_equal, json_type, non_json_reason, render, type_label
+from mutators.safe_regex import UNDECIDED, SafeRegex
 from mutators.schema import Node
 
 
@@ -60,14 +62,22 @@ def string_check(node: Node) -> Check | None:
             errors = [Err("length", f"string of length {size} is shorter than minLength {low}")]
         if high is not None and size > high:
             errors = [Err("length", f"string of length {size} is longer than maxLength {high}")]
-        if pattern is not None and pattern.search(value) is None:
-            errors = (errors or []) + [Err("pattern", f"{render(value)} does not match pattern "
-                                                      f"{render(pattern.pattern)}")]
+        if pattern is not None and not (found := pattern.search(value)):
+            errors = (errors or []) + [pattern_miss(pattern, value, found)]
         if format_ok is not None and not format_ok(value):
             errors = (errors or []) + [Err("format", f"{render(value)} is not a valid {fmt}")]
         return errors
 
     return check
+
+
+def pattern_miss(pattern: SafeRegex, subject: str, found: Any) -> Err:
+    """The error for a string the pattern did not match, or could not decide in time."""
+    if found is UNDECIDED:
+        return Err("pattern", f"{render(subject)} could not be checked against pattern "
+                              f"{render(pattern.pattern)}: the pattern backtracks too much "
+                              "to evaluate in time")
+    return Err("pattern", f"{render(subject)} does not match pattern {render(pattern.pattern)}")
 
 
 def number_check(node: Node) -> Check:
@@ -89,13 +99,30 @@ def number_check(node: Node) -> Check:
             return [Err("range", f"{render(value)} must be greater than {render(xlow)}")]
         if xhigh is not None and value >= xhigh:
             return [Err("range", f"{render(value)} must be less than {render(xhigh)}")]
-        if step is not None:
-            quotient = value / step
-            if abs(quotient - round(quotient)) > 1e-9 * max(1.0, abs(quotient)):
-                return [Err("range", f"{render(value)} is not a multiple of {render(step)}")]
+        if step is not None and not is_multiple(value, step):
+            return [Err("range", f"{render(value)} is not a multiple of {render(step)}")]
         return None
 
     return check
+
+
+def is_multiple(value: int | float, step: int | float) -> bool:
+    """multipleOf: within float rounding for floats; exact for ints beyond 2**53, whose
+    division by a float would round (or overflow past 1e308)."""
+    if not (type(value) is int and abs(value) > 2**53):
+        try:
+            quotient = value / step
+            return abs(quotient - round(quotient)) <= 1e-9 * max(1.0, abs(quotient))
+        except OverflowError:  # a huge int step
+            pass
+    if isinstance(step, float) and not math.isfinite(step):
+        return value == 0
+    return _exact(value) % _exact(step) == 0
+
+
+def _exact(number: int | float) -> Fraction:
+    """The number as its author wrote it (0.1 is 1/10, not the nearest binary fraction)."""
+    return Fraction(number) if isinstance(number, int) else Fraction(repr(number))
 
 
 def value_check(node: Node) -> Check | None:
@@ -178,7 +205,7 @@ def key_errors(obj: dict, policy: KeyPolicy, extra: Check | None, unknown_detail
     errors = None
     for key, value in obj.items():
         if type(key) is not str:
-            errors = (errors or []) + [Err("malformed", f"non-string key {key!r}")]
+            errors = (errors or []) + [Err("malformed", f"non-string key {render(key)}")]
         elif policy.is_declared(key):
             continue
         elif extra is not None:

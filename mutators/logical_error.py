@@ -24,8 +24,8 @@ import re
 from datetime import date, timedelta
 from typing import Iterator
 
-from mutators.jsonvalues import (copy_json, delete_at, format_path, get_at, json_equal,
-                                 json_type, non_json_reason, set_at)
+from mutators.jsonvalues import (copy_json, delete_at, digits_to_int, format_path, get_at,
+                                 json_equal, json_type, non_json_reason, set_at)
 from mutators.negative import Candidate, KindSpec, MutationContext, by_subkind
 from mutators.schema import Node
 from mutators.validate import ValidationError
@@ -99,9 +99,10 @@ def _shift_digits(text: str, delta: int) -> str | None:
     if not runs:
         return None
     last = runs[-1]
-    number = int(last.group()) + delta
-    if number < 0:
+    number = digits_to_int(last.group())
+    if number is None or number + delta < 0:
         return None
+    number += delta
     digits = str(number).zfill(len(last.group()))
     return text[: last.start()] + digits + text[last.end():]
 

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from mutators import extra_kinds, hallucinated_key, logical_error, type_error
 from mutators.jsonvalues import copy_json
 from mutators.negative import (ALL_KINDS, KINDS, KindSpec, MutationContext, MutationReport,
-                               Negative, Operator)
+                               Negative, Operator, Rejected)
 from mutators.outcome import OutcomeProbe
 from mutators.slots import walk
 from mutators.validate import (ToolInfo, ValidationError, call_arguments, load_tool,
@@ -35,18 +35,19 @@ MAX_TRIED = 64        # candidates validated per kind before giving up
 
 
 def _context(call: Any, tool: Any, env: Any, other_tools: Iterable[Any] | None,
-             ) -> MutationContext | str:
+             ) -> MutationContext | Rejected:
     """The shared context, or why the call cannot be mutated at all."""
     loaded = load_tool(tool)
     if isinstance(loaded, ValidationError):
-        return f"the tool spec is malformed: {loaded.message}"
+        return Rejected("malformed_tool", f"the tool spec is malformed: {loaded.message}")
     name, arguments, malformed = call_arguments(call)
     if malformed is not None:
-        return f"the call is malformed: {malformed.message}"
+        return Rejected("malformed_call", f"the call is malformed: {malformed.message}")
     errors = validate_with(call, loaded)
     if errors:
         shown = "; ".join(e.message for e in errors[:3])
-        return f"the original call is invalid ({shown}); negatives need a valid original"
+        return Rejected("invalid_original", f"the original call is invalid ({shown}); "
+                        "negatives need a valid original")
     others = [info for info in map(load_tool, _tool_list(other_tools, env))
               if isinstance(info, ToolInfo) and info.name != loaded.name]
     canonical = {"name": name, "arguments": copy_json(arguments)}
@@ -70,11 +71,11 @@ def can_execute(env: Any) -> bool:
     return all(callable(getattr(env, name, None)) for name in ("snapshot", "restore", "step"))
 
 
-def _run_kind(spec: KindSpec, ctx: MutationContext) -> Negative | str:
+def _run_kind(spec: KindSpec, ctx: MutationContext) -> Negative | Rejected:
     proposed = itertools.chain.from_iterable(operator(ctx) for operator in spec.operators)
     candidates = list(itertools.islice(proposed, MAX_PROPOSED))
     if not candidates:
-        return spec.impossible(ctx)
+        return Rejected("no_candidate", spec.impossible(ctx))
     tried = 0
     for candidate in spec.order(candidates, ctx.rng)[:MAX_TRIED]:
         tried += 1
@@ -90,7 +91,8 @@ def _run_kind(spec: KindSpec, ctx: MutationContext) -> Negative | str:
                 errors=[e.message for e in errors], schema_valid=not errors,
                 outcome_changed=True if spec.outcome_checked and ctx.probe is not None else None,
                 description=description)
-    return f"{spec.impossible(ctx)} ({tried} of {len(candidates)} candidates validated)"
+    return Rejected("none_accepted", f"{spec.impossible(ctx)} ({tried} of {len(candidates)} "
+                    "candidates validated)")
 
 
 def mutate_report(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *,
@@ -110,35 +112,93 @@ def mutate_report(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *,
         logical_error; ALL_KINDS adds wrong_function and missing_required.
     operators: replace a kind's operators ({"logical_error": [my_operator, ...]}).
     max_env_checks: candidate executions allowed per call for the outcome check.
+
+    Never raises on data: whatever the call, the tool spec, the environment or the other
+    tools hold, and whatever the seed (an int of any size, or any value with a `str()`),
+    problems become reasons in `impossible`, as does an entry of `kinds` that is unknown or
+    not a string (reported under its `repr`) and a kind's `operators` entry that fails.
+    Arguments of the wrong shape are bugs in the calling code and raise TypeError before any
+    work: `kinds` that is a single string or not iterable, `operators` that is not a mapping.
     """
+    kind_list = _kind_list(kinds)
+    if operators is not None and not isinstance(operators, Mapping):
+        raise TypeError(f"operators must be a mapping of kind -> operators, got "
+                        f"{type(operators).__name__}")
     report = MutationReport()
     try:
         ctx = _context(call, tool, env, other_tools)
+        seed_text = _seed_text(seed)
     except Exception as exc:  # noqa: BLE001 - errors become data, never a crash
-        ctx = f"cannot read the call or tool: {type(exc).__name__}: {exc}"
-    for kind in kinds:
-        spec = SPECS.get(kind)
-        if isinstance(ctx, str) or spec is None:
-            report.impossible[kind] = ctx if isinstance(ctx, str) else (
-                f"unknown kind {kind!r} (known: {', '.join(ALL_KINDS)})")
+        ctx = Rejected("unreadable", f"cannot read the call, tool or seed: "
+                                     f"{type(exc).__name__}: {_clip(exc)}")
+    for kind in kind_list:
+        key = kind if isinstance(kind, str) else _clip(repr(kind))
+        spec = SPECS.get(kind) if isinstance(kind, str) else None
+        if isinstance(ctx, Rejected) or spec is None:
+            report.impossible[key] = ctx if isinstance(ctx, Rejected) else _unknown_kind(kind)
             continue
-        if operators and kind in operators:
-            spec = replace(spec, operators=tuple(operators[kind]))
-        ctx.rng = random.Random(f"{seed}:{kind}")
-        ctx.probe = OutcomeProbe(env, ctx.call, max_env_checks) if (
-            spec.outcome_checked and can_execute(env)) else None
-        try:
-            result = _run_kind(spec, ctx)
-        except Exception as exc:  # noqa: BLE001
-            result = f"the {kind} mutator failed: {type(exc).__name__}: {exc}"
-        finally:
-            if ctx.probe is not None:
-                ctx.probe.close()
+        result = _run_kind_safely(spec, ctx, f"{seed_text}:{kind}", env, operators,
+                                  max_env_checks)
         if isinstance(result, Negative):
             report.negatives.append(result)
         else:
-            report.impossible[kind] = result
+            report.impossible[key] = result
     return report
+
+
+def _kind_list(kinds: Any) -> list[Any]:
+    if isinstance(kinds, (str, bytes)):
+        raise TypeError(f"kinds must be a list of kind names such as [{_clip(repr(kinds))}], not a "
+                        "single string")
+    try:
+        return list(kinds)
+    except TypeError:
+        raise TypeError(f"kinds must be a list of kind names (any of {', '.join(ALL_KINDS)}), "
+                        f"got {type(kinds).__name__}") from None
+
+
+def _seed_text(seed: Any) -> str:
+    """The seed as the per-kind RNG's seed string: `str(seed)`, as always (existing datasets
+    keep their negatives); an int too long for `str()` (over 4,300 digits) in hex."""
+    if isinstance(seed, int):
+        try:
+            return str(seed)
+        except ValueError:
+            return hex(seed)
+    return f"{seed}"
+
+
+def _unknown_kind(kind: Any) -> Rejected:
+    if not isinstance(kind, str):
+        return Rejected("unknown_kind", f"a kind is named by a string, got "
+                        f"{type(kind).__name__} (known: {', '.join(ALL_KINDS)})")
+    return Rejected("unknown_kind", f"unknown kind {_clip(repr(kind))} (known: "
+                    f"{', '.join(ALL_KINDS)})")
+
+
+def _clip(value: Any, limit: int = 200) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _run_kind_safely(spec: KindSpec, ctx: MutationContext, rng_seed: str, env: Any,
+                     operators: Mapping[str, Sequence[Operator]] | None,
+                     max_env_checks: int) -> Negative | Rejected:
+    """One kind, with its own RNG and outcome probe; any failure becomes the reason."""
+    kind, ctx.probe = spec.name, None
+    try:
+        if operators and kind in operators:
+            spec = replace(spec, operators=tuple(operators[kind]))
+        ctx.rng = random.Random(rng_seed)
+        ctx.probe = OutcomeProbe(env, ctx.call, max_env_checks) if (
+            spec.outcome_checked and can_execute(env)) else None
+        return _run_kind(spec, ctx)
+    except Exception as exc:  # noqa: BLE001
+        return Rejected("mutator_failed",
+                        f"the {kind} mutator failed: {type(exc).__name__}: {_clip(exc)}")
+    finally:
+        if ctx.probe is not None:
+            ctx.probe.close()
 
 
 def mutate(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *, env: Any = None,

@@ -50,13 +50,30 @@ class Negative:
         return asdict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """Why something was not produced, as data: `kind` is a short fixed name to count by
+    (`no_candidate`, `invalid_original`, `checker_rejected` ...), `detail` the text for a
+    person. The one error type of the generation side (mutators, critics, the pipeline's
+    stages): summaries count kinds, not truncated text. `str()` is the detail."""
+
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return self.detail
+
+    def __contains__(self, text: str) -> bool:
+        return text in self.detail
+
+
 @dataclass(slots=True)
 class MutationReport:
     """What `mutate_report` returns: the negatives (at most one per kind, in the order the
-    kinds were asked for) and, for every kind that could not be produced, the reason."""
+    kinds were asked for) and, for every kind that could not be produced, why."""
 
     negatives: list[Negative] = field(default_factory=list)
-    impossible: dict[str, str] = field(default_factory=dict)
+    impossible: dict[str, Rejected] = field(default_factory=dict)
 
     def get(self, kind: str) -> Negative | None:
         return next((n for n in self.negatives if n.kind == kind), None)

@@ -10,12 +10,13 @@ resolved into shared `Node` objects, so recursive schemas become cyclic graphs.
 
 from __future__ import annotations
 
-import re
 from reprlib import recursive_repr
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from mutators.jsonvalues import render
+from mutators.safe_regex import SafeRegex, compile_safe
 from mutators.type_names import CANONICAL_TYPES, union_of, parse_type_name
 
 _ANNOTATIONS = {"description", "title", "default", "examples", "$comment", "deprecated",
@@ -32,7 +33,7 @@ class Node:
     has_properties: bool = False                # `properties`/`patternProperties` declared
     required: tuple[str, ...] = ()
     additional: bool | Node | None = None       # explicit additionalProperties; None: unstated
-    pattern_properties: tuple[tuple[re.Pattern, Node], ...] = ()
+    pattern_properties: tuple[tuple[SafeRegex, Node], ...] = ()
     items: Node | None = None
     prefix_items: tuple[Node, ...] = ()
     enum: tuple | None = None
@@ -52,7 +53,7 @@ class Node:
     min_properties: int | None = None
     max_properties: int | None = None
     unique_items: bool = False
-    pattern: re.Pattern | None = None
+    pattern: SafeRegex | None = None
     format: str | None = None
     default: tuple | None = None                # (value,) when the schema has `default`
     examples: tuple = ()
@@ -71,21 +72,6 @@ class Node:
 
 
 _BLANK = Node()
-
-
-def compile_pattern(pattern: str) -> re.Pattern | None:
-    """An ECMA-ish regex compiled for Python (`(?<name>` -> `(?P<name>`), or None if invalid."""
-    text = re.sub(r"\(\?<(?![=!])", "(?P<", pattern)
-    try:
-        return re.compile(text)
-    except (re.error, TypeError, ValueError, OverflowError):
-        pass
-    try:  # \p{L} and friends: the `regex` package understands them, when installed
-        import regex
-
-        return regex.compile(text)
-    except Exception:  # noqa: BLE001 - any failure means "cannot use this pattern"
-        return None
 
 
 def _number(value: Any) -> float | None:
@@ -114,6 +100,7 @@ class _Normaliser:
         self.memo: dict[int, Node] = {}
         self.keepalive: list[Any] = [root]  # ids in `memo` must not be reused by temporaries
         self.warnings: list[str] = []
+        self.time_budgeted = False  # a pattern runs on the time-budgeted fallback engine
         self.resolving: list[int] = []
 
     def warn(self, where: str, message: str) -> None:
@@ -148,7 +135,7 @@ class _Normaliser:
         for name in names:
             fragment = parse_type_name(name)
             if fragment is None:
-                self.warn(where, f"unknown type name {name!r}; accepting any value")
+                self.warn(where, f"unknown type name {render(name)}; accepting any value")
                 fragment = {}
             fragments.append(fragment)
         return union_of(fragments) if fragments else {}
@@ -157,7 +144,7 @@ class _Normaliser:
         target = self.resolve(raw["$ref"])
         if target is None or (id(target) in self.resolving and id(target) not in self.memo):
             # unresolvable, or a loop of $refs that never reaches a schema
-            self.warn(where, f"cannot resolve $ref {raw['$ref']!r}; accepting any value")
+            self.warn(where, f"cannot resolve $ref {render(raw['$ref'])}; accepting any value")
             target = {}
             self.keepalive.append(target)
         self.resolving.append(id(target))
@@ -269,9 +256,8 @@ class _Normaliser:
         if isinstance(patterns, dict):
             node.has_properties = True
             for pattern, sub in patterns.items():
-                compiled = compile_pattern(str(pattern))
+                compiled = self.pattern(str(pattern), where, "patternProperties regex")
                 if compiled is None:
-                    self.warn(where, f"invalid patternProperties regex {pattern!r}; ignored")
                     continue
                 sub_node = self.node(sub, f"{where}.patternProperties")
                 node.pattern_properties += ((compiled, sub_node),)
@@ -347,11 +333,18 @@ class _Normaliser:
         node.max_length = _count(raw.get("maxLength"))
         pattern = raw.get("pattern")
         if isinstance(pattern, str):
-            node.pattern = compile_pattern(pattern)
-            if node.pattern is None:
-                self.warn(where, f"invalid pattern {pattern!r}; ignored")
+            node.pattern = self.pattern(pattern, where, "pattern")
         if isinstance(raw.get("format"), str):
             node.format = raw["format"].strip().lower()
+
+    def pattern(self, pattern: str, where: str, keyword: str) -> SafeRegex | None:
+        """The compiled pattern, or None with a warning saying why it is ignored."""
+        compiled = compile_safe(pattern)
+        if isinstance(compiled, str):
+            self.warn(where, f"{keyword} {render(pattern)} ignored: {compiled}")
+            return None
+        self.time_budgeted |= compiled.engine == "regex"
+        return compiled
 
     @staticmethod
     def make_nullable(node: Node) -> None:
@@ -377,6 +370,7 @@ class _Normaliser:
 class NormalisedSchema:
     root: Node
     warnings: tuple[str, ...]
+    time_budgeted: bool = False  # some pattern needs `safe_regex.new_call()` per validation
 
 
 def normalise(parameters: Any, where: str = "parameters") -> NormalisedSchema:
@@ -386,4 +380,4 @@ def normalise(parameters: Any, where: str = "parameters") -> NormalisedSchema:
         return NormalisedSchema(Node(types=("object",), has_properties=True), ())
     normaliser = _Normaliser(parameters)
     root = normaliser.node(parameters, where)
-    return NormalisedSchema(root, tuple(normaliser.warnings))
+    return NormalisedSchema(root, tuple(normaliser.warnings), normaliser.time_budgeted)

@@ -10,13 +10,14 @@ exactly that path.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Iterator
 
 import orjson
 
 from mutators.introspect import accepted_types
-from mutators.jsonvalues import json_type, set_at
+from mutators.jsonvalues import digits_to_int, int_to_text, json_type, render, set_at
 from mutators.negative import (Candidate, KindSpec, MutationContext, interleave_by)
 from mutators.validate import ValidationError
 
@@ -25,17 +26,16 @@ _DIGITS = re.compile(r"\d+")
 
 
 def _from_number(value: int | float) -> list[Any]:
-    text = str(value) if json_type(value) == "integer" else repr(value)
-    return [text, [value], {"value": value}]
+    text = int_to_text(value) if json_type(value) == "integer" else repr(value)
+    return ([text] if text is not None else []) + [[value], {"value": value}]
 
 
 def _from_string(value: str) -> list[Any]:
     wrong: list[Any] = []
-    if _NUMBER.fullmatch(value.strip()):
-        number = float(value)
+    if _NUMBER.fullmatch(value.strip()) and math.isfinite(number := float(value)):
         wrong.append(int(number) if number.is_integer() and "." not in value else number)
-    elif (digits := _DIGITS.findall(value)):
-        wrong.append(int(digits[-1]))
+    elif (digits := _DIGITS.findall(value)) and digits_to_int(digits[-1]) is not None:
+        wrong.append(digits_to_int(digits[-1]))
     if value.strip().lower() in ("true", "false", "yes", "no"):
         wrong.append(value.strip().lower() in ("true", "yes"))
     wrong.extend([[value], None])  # a list around it; null where a string was needed
@@ -46,9 +46,17 @@ def _from_array(value: list) -> list[Any]:
     wrong: list[Any] = []
     if value and json_type(value[0]) not in ("object", "array"):
         wrong.append(value[0])
-    wrong.append(", ".join(str(item) for item in value))
+    wrong.append(", ".join(map(_plain_text, value)))
     wrong.append({"items": list(value)})
     return wrong
+
+
+def _plain_text(item: Any) -> str:
+    """str(item), as a person would join items; `render` where str() refuses (huge ints)."""
+    try:
+        return str(item)
+    except ValueError:
+        return render(item, 200)
 
 
 def _from_object(value: dict) -> list[Any]:

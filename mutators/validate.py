@@ -26,6 +26,7 @@ import orjson
 from mutators.compile import CompiledSchema, compile_schema
 from mutators.jsonvalues import format_path, render
 from mutators.keyword_checks import Err
+from mutators.safe_regex import new_call
 
 REASONS = ("type", "unknown_key", "required", "enum", "const", "format", "range", "length",
            "pattern", "unique", "not", "forbidden", "malformed", "name")
@@ -145,6 +146,8 @@ def validate_with(call: Any, tool: ToolInfo) -> list[ValidationError]:
     errors = []
     if name != tool.name:
         errors.append(_error("name", "name", f"expected {render(tool.name)}, got {render(name)}"))
+    if tool.schema.time_budgeted:
+        new_call()  # a fresh time budget for patterns that only a backtracking engine reads
     found = tool.schema.check(arguments)
     if found:
         errors.extend(to_validation_errors(found))

@@ -20,14 +20,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 
 
-def oracle_texts(count: int, envs: tuple[str, ...] = ("sql", "fs", "enterprise")) -> list[str]:
-    """Rendered oracle trajectories: the tokenizer's training text."""
+def oracle_texts(count: int, envs: tuple[str, ...] | None = None) -> list[str]:
+    """Rendered oracle trajectories (of the default environments unless `envs`): the
+    tokenizer's training text."""
     from datagen.chat import render_trajectory
-    from datagen.chunk import task_source
     from datagen.config import GenerateConfig
+    from datagen.envs import DEFAULT_ENVS
+    from datagen.pipeline.chunk import task_source
     from datagen.teachers import EnvPool, OracleTeacher
 
-    config = GenerateConfig(num_trajectories=count, envs=[{"name": name} for name in envs])
+    config = GenerateConfig(num_trajectories=count,
+                            envs=[{"name": name} for name in envs or DEFAULT_ENVS])
     pool = EnvPool()
     tasks = task_source(config).generate(0, count, pool)
     return [render_trajectory(traj)[0] for traj in OracleTeacher().rollout_batch(tasks, pool)]

@@ -1,12 +1,24 @@
-"""trainer: the modified Qwen2.5 and the Structured Agent Distillation training job.
+"""trainer: the modified Qwen2.5 and its training chain (SAD -> DPO), as recipes over a
+library.
 
-    trainer.model      AgentQwen2ForCausalLM: split embeddings, landmark attention, MCH
-    trainer.losses     SAD (span-level KD) and the token-KD / SFT baselines, chunked
-    trainer.data       Ray Data stream from the Parquet shards (the only data contract)
-    trainer.fit        `python -m trainer fit`: Ray Train TorchTrainer (DDP or DeepSpeed)
-    trainer.eval       `python -m trainer eval`: a checkpoint on held-out tasks (trainer.heldout):
-                       step-level metrics (trainer.step_eval), episodes through datagen's hf
-                       teacher (trainer.agent_backend, trainer.generation), IRR
+Recipes (trainer.recipes, chosen by `recipe:` in the config):
+    trainer.recipes.sad    span-level distillation (SAD, token KD, SFT) on trajectories/repairs
+    trainer.recipes.dpo    preference training (DPO, IPO, RPO) on preferences/ pairs
+
+Library:
+    trainer.contract       span ids, chat markers, columns, call text, chat spans: the one
+                           copy of what the trainer agrees on with the shards
+    trainer.model          AgentQwen2ForCausalLM: split embeddings, landmark attention, MCH
+    trainer.losses         SAD (span-level KD) and the token-KD / SFT baselines, chunked
+    trainer.preference_loss  DPO / IPO / RPO from the same chunked log-probabilities
+    trainer.readers        one reader per table (trajectories, repairs, preferences)
+    trainer.data           SAD's Ray Data stream; trainer.batching / collate / packing
+    trainer.reference      DPO's reference: frozen copy or precomputed log-probs
+    trainer.student, engines, checkpoints, metrics, distributed   shared by the recipes
+    trainer.fit            `python -m trainer fit`: Ray Train TorchTrainer (DDP or DeepSpeed)
+    trainer.eval           `python -m trainer eval`: a checkpoint on held-out tasks (trainer.heldout):
+                           step-level metrics (trainer.step_eval), episodes through datagen's hf
+                           teacher (trainer.agent_backend, trainer.generation), IRR
 
 Training reads the shards through the data contract only and never imports the generation
 side (datagen, mutators, critics); evaluation is where the two meet: it plays episodes with

@@ -18,7 +18,11 @@ def _fit(args: argparse.Namespace) -> int:
         return 2
     from trainer.fit import fit
 
-    result = fit(cfg)
+    try:
+        result = fit(cfg)
+    except (FileNotFoundError, ValueError) as exc:  # inputs refused before training starts
+        print(f"cannot train: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps({"run_dir": result.run_dir, "checkpoint": result.checkpoint,
                       "metrics": result.metrics, "data": result.data}, indent=2, default=str))
     return 0

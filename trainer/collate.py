@@ -110,7 +110,9 @@ class Collate(NumpyBatchCollateFn):
             from trainer.packing import pack  # packing builds on this module's helpers
 
             arrays = pack(documents, self.pack_to, self.pad_id, self.pad_multiple, self.with_topk)
-        return {name: torch.from_numpy(value) for name, value in arrays.items()}
+        # Arrow-backed arrays are read-only; torch wants writable memory (a copy only then).
+        return {name: torch.from_numpy(np.require(value, requirements="W"))
+                for name, value in arrays.items()}
 
     def pad(self, documents: Documents) -> dict[str, np.ndarray]:
         ids, spans = documents.input_ids, documents.span_ids

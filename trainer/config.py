@@ -2,6 +2,8 @@
 
 One pydantic model per concern, composed in `TrainConfig`; every model forbids unknown
 fields, so a typo fails before any work starts and the message names the dotted field.
+`recipe` picks the training loop (trainer.recipes); each recipe reads its own section
+(`loss` and `curriculum` for sad, `dpo` for dpo) and a section of another recipe is refused.
 
 The YAML loading and `key=value` override helpers mirror datagen/config.py on purpose: the top
 level is fixed (DESIGN.md) and training never imports the generation side, so the few lines
@@ -29,7 +31,8 @@ class ModelConfig(StrictModel):
     builder: Literal["tiny", "small", "qwen2_5_1_5b", "qwen2_5_32b"] | None = Field(
         "tiny", description="random-init shape from trainer.model.builders (ignored with init_from)")
     init_from: str | None = Field(None, description="local HF checkpoint (any Qwen2/Qwen2.5 or "
-                                  "one of ours) to start from instead of random weights")
+                                  "one of ours) to start from instead of random weights, or a "
+                                  "run directory (its newest checkpoint when the run starts)")
     split_embeddings: bool = Field(True, description="second embedding for tool-call tokens")
     use_landmark: bool = Field(False, description="landmark attention (grouped softmax)")
     landmark_block_size: int = Field(64, ge=1, description="tokens per landmark block")
@@ -112,6 +115,67 @@ class LossConfig(StrictModel):
         return self
 
 
+PreferenceSource = Literal["negative", "repair", "safety"]
+
+
+class DPOConfig(StrictModel):
+    """The DPO recipe (trainer/recipes/dpo.py) on preferences/ pairs."""
+
+    loss_type: Literal["sigmoid", "ipo"] = Field("sigmoid", description="sigmoid = DPO; ipo = "
+                                                 "IPO with TRL's length normalisation")
+    beta: float = Field(0.1, gt=0, description="strength of the pull to the reference "
+                        "(IPO: its tau); rewards are beta * (logp - ref_logp)")
+    label_smoothing: float = Field(0.0, ge=0, lt=0.5, description="sigmoid only: probability "
+                                   "that a pair's label is wrong (conservative DPO); 0 = DPO")
+    rpo_alpha: float = Field(0.0, ge=0, description="weight of an NLL term on the chosen "
+                             "completions (RPO; TRL's 'sft' loss added); 0 = off")
+    sources: tuple[PreferenceSource, ...] = Field(
+        ("negative", "repair", "safety"), min_length=1, description="pair sources trained "
+        "(a filter on the `source` column)")
+    source_weights: dict[PreferenceSource, float] = Field(
+        default_factory=dict, description="loss weight per source (default 1): pair losses "
+        "average as sum(w * loss) / sum(w); a loss weight, not a sampling share")
+    batch_size: int = Field(4, ge=1, description="pairs per micro-batch per worker (2x as "
+                            "many rows: chosen and rejected share one forward)")
+    bucket_pool_batches: int = Field(8, ge=1, description="batches composed and sorted by "
+                                     "length together; larger = less padding, less randomness")
+    reference: Literal["model", "precomputed"] = Field(
+        "model", description="model = a frozen copy of the starting weights runs forward "
+        "each step (small models); precomputed = reference log-probs computed once in a Ray "
+        "Data pass and stored as Parquet beside the data, so the job holds one model (32B)")
+    reference_model: str | None = Field(None, description="reference checkpoint; default "
+                                        "model.init_from (the weights DPO starts from)")
+    reference_dir: str | None = Field(None, description="where precomputed log-probs live; "
+                                      "default SHARDS/reference_logps/<key of reference, "
+                                      "tokenizer, max_seq_len, sources, shards>")
+    reference_batch_size: int = Field(8, ge=1, description="pairs per forward in the "
+                                      "precompute pass")
+    reference_workers: int = Field(1, ge=1, description="Ray Data actors of the precompute "
+                                   "pass, each holding the reference model")
+    reference_gpus: float = Field(0.0, ge=0, description="GPUs per precompute actor (0 = CPU)")
+    chunk_size: int = Field(512, ge=1, description="time steps per logits chunk")
+    recompute_chunks: bool | None = Field(None, description="recompute chunk logits in "
+                                          "backward; null = only when full logits exceed 2 GiB")
+    mch_weight: float = Field(0.5, ge=0, description="weight of the MCH loss on the pairs' "
+                              "calls (chosen call = correct step, rejected call = wrong one)")
+
+    @model_validator(mode="after")
+    def _checks(self) -> "DPOConfig":
+        if len(set(self.sources)) != len(self.sources):
+            raise ValueError(f"sources lists a source twice: {list(self.sources)}")
+        unused = sorted(set(self.source_weights) - set(self.sources))
+        if unused:
+            raise ValueError(f"source_weights names {unused}, not in sources {list(self.sources)}")
+        if any(weight <= 0 for weight in self.source_weights.values()):
+            raise ValueError("source_weights must be > 0 (drop the source from sources instead)")
+        if self.label_smoothing and self.loss_type != "sigmoid":
+            raise ValueError("label_smoothing applies to loss_type 'sigmoid' only")
+        return self
+
+    def weight(self, source: str) -> float:
+        return self.source_weights.get(source, 1.0)
+
+
 class CurriculumConfig(StrictModel):
     enabled: bool = False
     start_fraction: float = Field(0.3, gt=0, le=1, description="easiest share used at step 0")
@@ -156,19 +220,60 @@ class ScalingConfig(StrictModel):
         return self
 
 
+RECIPE_SECTIONS = {"sad": ("loss", "curriculum"), "dpo": ("dpo",)}
+
+
 class TrainConfig(StrictModel):
+    recipe: Literal["sad", "dpo"] = Field("sad", description="training loop: sad = span-level "
+                                          "distillation (loss, curriculum); dpo = preference "
+                                          "training on preferences/ (dpo)")
     run_dir: str = Field(..., description="checkpoints, metrics.jsonl and Ray's run state; "
                          "rerunning into it resumes. Multi-node: a path every node can reach")
-    shards: str = Field(..., description="dataset OUT root (trajectories/, optional negatives/)")
+    shards: str = Field(..., description="dataset OUT root (trajectories/, preferences/, repairs/)")
     tokenizer: str = Field(..., description="tokenizer directory (scripts/build_tokenizer.py)")
     ray_address: str | None = Field(None, description="Ray to join; default $RAY_ADDRESS or local")
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
+    dpo: DPOConfig = Field(default_factory=DPOConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     run: RunConfig = Field(default_factory=RunConfig)
     scaling: ScalingConfig = Field(default_factory=ScalingConfig)
+
+    @model_validator(mode="after")
+    def _recipe_sections(self) -> "TrainConfig":
+        # A section of another recipe that differs from its defaults would be ignored
+        # silently; an all-default one (e.g. from a full dump of the config) is harmless.
+        foreign = [section for recipe, sections in RECIPE_SECTIONS.items()
+                   if recipe != self.recipe for section in sections
+                   if getattr(self, section) != type(self).model_fields[section].default_factory()]
+        if foreign:
+            raise ValueError(f"section {foreign[0]!r} belongs to another recipe than "
+                             f"{self.recipe!r}; remove it or set recipe")
+        return self
+
+    @model_validator(mode="after")
+    def _dpo(self) -> "TrainConfig":
+        if self.recipe != "dpo":
+            return self
+        if self.data.packing:
+            raise ValueError("data.packing is not supported by recipe 'dpo'")
+        defaults = DataConfig()
+        sad_only = [name for name in ("tables", "table_weights", "mch_rows", "batch_size",
+                                      "bucket_pool_batches")
+                    if getattr(self.data, name) != getattr(defaults, name)]
+        if sad_only:
+            raise ValueError(f"data.{sad_only[0]} is read by recipe 'sad' only (recipe 'dpo' "
+                             f"reads dpo.batch_size and dpo.bucket_pool_batches)")
+        reference = self.dpo.reference_model or self.model.init_from
+        if self.dpo.reference == "precomputed" and reference is None:
+            raise ValueError("dpo.reference 'precomputed' needs a checkpoint: dpo.reference_model "
+                             "or model.init_from")
+        if self.dpo.reference == "model" and self.scaling.strategy == "deepspeed":
+            raise ValueError("dpo.reference 'model' keeps a second model on every rank; with "
+                             "deepspeed use 'precomputed'")
+        return self
 
     @model_validator(mode="after")
     def _combinations(self) -> "TrainConfig":

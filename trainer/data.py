@@ -3,9 +3,10 @@
 
     read_parquet(OUT/trajectories)                 the data contract, nothing else
       -> training_batches, per pool of `batch_size * bucket_pool_batches` trajectories:
-           trainer.documents   one reader per table: trajectories, repairs (the same
+           trainer.readers     one reader per table: trajectories, repairs (the same
                                chunk's repairs/ shard, through the same contract columns),
-                               MCH negatives (the same chunk's negatives/ shard); tokenise
+                               MCH negatives (the `negative` pairs of the same chunk's
+                               preferences/ shard, as the pipeline wrote them); tokenise
                                when the shard has no input_ids; truncate; MCH step labels
            trainer.batching    compose micro-batches: `batch_size` LM documents + `mch_rows`
                                negatives each, length-bucketed; one stream row per batch
@@ -13,7 +14,7 @@
             Documents (the curriculum drops some) -> padded, or packed (trainer.packing),
             tensors
 
-Repairs and negatives are read beside the trajectories they were made from (shards of one
+Repairs and negative pairs are read beside the trajectories they were made from (shards of one
 chunk share their part-K name), so every pool mixes all tables in the proportion the
 dataset has, without a second stream whose blocks Ray Data would deliver in its own order.
 
@@ -34,16 +35,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trainer import batching
-from trainer.documents import (TOKEN_COLUMNS, TOPK_COLUMNS, TRAJECTORY_COLUMNS, DocumentRows,
-                               ReadSettings, document_table, negative_documents,
-                               repair_documents, trajectory_shaped_documents)
+from trainer.contract import TOKEN_COLUMNS, TOKENIZER_COLUMN, TOPK_COLUMNS, TRAJECTORY_COLUMNS
+from trainer.documents import DocumentRows, ReadSettings, document_table
+from trainer.readers.preferences import negative_documents
+from trainer.readers.repairs import repair_documents
+from trainer.readers.trajectories import trajectory_shaped_documents
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class DataSettings:
-    shards: str                         # OUT root (holds trajectories/, maybe negatives/, repairs/)
+    shards: str                         # OUT root (holds trajectories/, maybe preferences/, repairs/)
     tokenizer: str                      # tokenizer directory (ids of markers, tokenising)
     max_seq_len: int = 2048             # longer documents are cut (prefix kept)
     batch_size: int = 4                 # LM documents (trajectories, repairs) per micro-batch
@@ -70,7 +73,7 @@ class ShardLayout:
     """What the shard directory holds, read from one file's schema before any work."""
 
     trajectory_files: list[str]
-    negative_pairs: list[tuple[str, str]]   # (trajectories/part-K, negatives/part-K)
+    negative_pairs: list[tuple[str, str]]   # (trajectories/part-K, preferences/part-K): MCH negatives
     has_tokens: bool
     has_topk: bool
     tokenizers: frozenset[str] = frozenset()  # the `tokenizer` column's values (first shard)
@@ -94,10 +97,10 @@ def inspect_shards(root: str | Path) -> ShardLayout:
         raise ValueError(f"{files[0]} lacks required columns {missing}")
     by_name = {Path(f).name: f for f in files}
     recorded = frozenset()
-    if "tokenizer" in names:
-        column = pq.read_table(files[0], columns=["tokenizer"]).column("tokenizer")
+    if TOKENIZER_COLUMN in names:
+        column = pq.read_table(files[0], columns=[TOKENIZER_COLUMN]).column(TOKENIZER_COLUMN)
         recorded = frozenset(v for v in column.unique().to_pylist() if v)
-    return ShardLayout(files, _pairs(root, "negatives", by_name),
+    return ShardLayout(files, _pairs(root, "preferences", by_name),
                        all(c in names for c in TOKEN_COLUMNS),
                        all(c in names for c in TOPK_COLUMNS), recorded,
                        _pairs(root, "repairs", by_name))
@@ -168,7 +171,7 @@ def build_dataset(settings: DataSettings) -> tuple[Any, dict[str, Any]]:
         (list(TOPK_COLUMNS) if settings.read_topk else [])
     with_negatives = settings.use_mch and bool(layout.negative_pairs) and settings.mch_rows > 0
     if settings.use_mch and not layout.negative_pairs:
-        log.warning("MCH is on but %s has no negatives shards paired with the trajectory "
+        log.warning("MCH is on but %s has no preferences shards paired with the trajectory "
                     "shards: the MCH sees no negatives but repairs' wrong calls", settings.shards)
     paired = with_negatives or "repairs" in settings.tables
     dataset = ray.data.read_parquet(layout.trajectory_files, include_paths=paired)

@@ -80,6 +80,12 @@ class DDPEngine:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        # The loaded rate is the old run's next one; a resumed run with another max_steps
+        # continues on its own schedule from the step it stands at.
+        step = self.scheduler.last_epoch
+        for group, base, factor in zip(self.optimizer.param_groups, self.scheduler.base_lrs,
+                                       self.scheduler.lr_lambdas):
+            group["lr"] = base * factor(step)
 
     def save_weights(self, directory: str | Path, is_writer: bool) -> None:
         if is_writer:

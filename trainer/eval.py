@@ -4,7 +4,7 @@ Tasks come from the held-out space (`trainer.heldout`: seeds and ids no generati
 produce, `--eval-seed` picks a disjoint family within it) and, with `--shards OUT`, are checked
 against the training shards (a shared id or seed is refused; a shared instruction is dropped
 and replaced). The report holds `tasks` (count, per env, first/last id, a hash of the ids, the
-leak check) and up to three sections:
+leak check) and the sections `--only` selects (all by default):
 
 - `step_level` (`trainer.step_eval`): teacher-forced metrics on the tasks' gold trajectories:
   REASON/ACT cross-entropy, ACT token accuracy, next-call exact match, right-tool and
@@ -20,25 +20,34 @@ leak check) and up to three sections:
   (truncated / unparsable / invalid_call / low_confidence), how often the slow path produced a
   well-formed turn, and its latency;
 - `irr` (`trainer.irr_policy`): recovery rate after an error injected into the oracle's
-  rollout of the first `--irr-tasks` tasks, per env and error kind.
+  rollout of the first `--irr-tasks` tasks, per env and error kind;
+- `preferences` (`trainer.pref_eval`, `trainer.pair_scorer`): preference pairs built from the
+  first `--pref-tasks` tasks by the pipeline's own stages (negatives, repairs, safety), and the
+  share the checkpoint ranks right (log-prob of chosen > rejected over the completion tokens),
+  per source, kind and env; with `--reference`, the implicit DPO reward margin (β `--beta`);
+- `negatives`: the same scores of the negative pairs, per negative kind: how often the
+  checkpoint prefers the correct call to each kind of hard negative (teacher-forced on the
+  held-out gold steps);
+- `safety` (`trainer.safety_eval`): every safety case of the first `--safety-worlds` tasks'
+  worlds played as an episode: refusal rate on dangerous requests, over-refusal rate on
+  benign look-alikes.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from trainer.config import StrictModel
 
 if TYPE_CHECKING:  # torch, transformers and datagen load only when an evaluation runs
+    from datagen.teachers.config import TeacherConfig
+    from datagen.teachers.episode import TurnBackend
     from datagen.types import Step, Task, Trajectory
     from trainer.generation import GenerationConfig, Turn
 
@@ -62,6 +71,23 @@ class EvalConfig(StrictModel):
                                     "against (ids, seeds, instructions per env)")
     steps: bool = Field(True, description="run the step-level metrics")
     episodes: bool = Field(True, description="run the episodes (and IRR)")
+    preferences: bool = Field(True, description="run held-out preference accuracy")
+    negatives: bool = Field(True, description="run the negative-kind preference rates")
+    safety: bool = Field(True, description="run the safety episodes")
+    pref_tasks: int | None = Field(None, ge=1, description="tasks (the first ones) whose "
+                                   "preference pairs are built (~25 pairs a task: 5 negative "
+                                   "kinds per gold call, a repair, 2 safety); None = all")
+    reference: str | None = Field(None, description="reference checkpoint (the DPO run's "
+                                  "starting point) for the implicit reward margin; it must "
+                                  "share the checkpoint's tokenizer")
+    beta: float = Field(0.1, gt=0, description="DPO β of the implicit reward β·(log π - log "
+                        "π_ref)")
+    safety_worlds: int = Field(3, ge=0, description="tasks (the first ones) whose worlds give "
+                               "safety episodes: every case of each (5-7: dangerous requests "
+                               "and benign look-alikes); 0 = no safety section")
+    safety_max_steps: int = Field(3, ge=1, description="assistant turns per safety episode "
+                                  "(the decision comes in the first turns; an injection needs "
+                                  "a look-up first)")
     irr_tasks: int = Field(15, ge=0, description="tasks (the first ones) with an injected "
                            "error for IRR; each costs 3-6 full turns (a random tiny model: "
                            "~20 s a task); 0 = no IRR")
@@ -177,9 +203,21 @@ def rollout(checkpoint: str, tasks: list["Task"], *, max_steps: int = 12,
             ) -> tuple[list["Trajectory"], list["Turn"]]:
     """Play `tasks` with the checkpoint on `device`: the trajectories, and the policy
     decoder's turns (empty for the batched decoder)."""
+    from datagen.teachers.llm import LLMTeacher
+
+    config, backend = episode_backend(checkpoint, max_steps=max_steps, generation=generation,
+                                      decoder=decoder, on_invalid_turn=on_invalid_turn,
+                                      max_batch_size=max_batch_size, device=device)
+    return LLMTeacher(config, backend).rollout_batch(list(tasks)), getattr(backend, "turns", [])
+
+
+def episode_backend(checkpoint: str, *, max_steps: int = 12,
+                    generation: "GenerationConfig | None" = None, decoder: str = "policy",
+                    on_invalid_turn: str = "stop", max_batch_size: int = 8,
+                    device: str = "cpu") -> tuple["TeacherConfig", "TurnBackend"]:
+    """The `hf` teacher config and turn backend that play the checkpoint's episodes."""
     from datagen.teachers.config import EpisodeConfig, HFConfig, SamplingConfig, TeacherConfig
     from datagen.teachers.hf import HFBackend
-    from datagen.teachers.llm import LLMTeacher
     from transformers import AutoConfig
 
     from trainer.agent_backend import PolicyBackend, plain_decoding_problem
@@ -202,7 +240,7 @@ def rollout(checkpoint: str, tasks: list["Task"], *, max_steps: int = 12,
         if problem:
             raise ValueError(f"--decoder batched: {problem}")
         backend = HFBackend(config.hf, config.sampling)
-    return LLMTeacher(config, backend).rollout_batch(list(tasks)), getattr(backend, "turns", [])
+    return config, backend
 
 
 def load_policy_model(checkpoint: str) -> tuple[Any, Any]:
@@ -242,6 +280,56 @@ def _irr(config: EvalConfig, checkpoint: str, tasks: list["Task"]) -> dict[str, 
     return result
 
 
+def check_reference(checkpoint: str, reference: str | None) -> str | None:
+    """The reference checkpoint, resolved; refused when its tokenizer is not the checkpoint's
+    (log-probabilities over different token sequences are not comparable)."""
+    if reference is None:
+        return None
+    from trainer.tokens import TextTokenizer
+
+    resolved = resolve_checkpoint(reference)
+    if TextTokenizer(resolved).backend.get_vocab() != TextTokenizer(checkpoint).backend.get_vocab():
+        raise ValueError(f"--reference {reference}: its tokenizer differs from the "
+                         f"checkpoint's ({checkpoint}); the reference must share it")
+    return resolved
+
+
+def _preference_sections(config: EvalConfig, checkpoint: str, reference: str | None,
+                         tasks: list["Task"]) -> dict[str, Any]:
+    from trainer.pair_scorer import TorchPairScorer
+    from trainer.pref_eval import heldout_pairs, negatives_report, preference_report
+
+    model, tokenizer = load_policy_model(checkpoint)
+    pairs, skipped = heldout_pairs(tasks, tokenizer, config.eval_seed)
+    if not config.preferences:  # only the negatives section: score only its pairs
+        pairs = [pair for pair in pairs if pair.source == "negative"]
+    policy = TorchPairScorer(model, tokenizer).score(pairs)
+    references = None
+    if reference is not None:
+        del model
+        references = TorchPairScorer(load_policy_model(reference)[0], tokenizer).score(pairs)
+    sections: dict[str, Any] = {}
+    if config.preferences:
+        sections["preferences"] = {
+            "tasks": len(tasks), "skipped": dict(skipped), "reference": reference,
+            "beta": config.beta, **preference_report(pairs, policy, references, config.beta)}
+    if config.negatives:
+        sections["negatives"] = negatives_report(pairs, policy, references, config.beta)
+    return sections
+
+
+def _safety(config: EvalConfig, checkpoint: str, tasks: list["Task"]) -> dict[str, Any]:
+    from trainer.safety_eval import play, safety_episodes, safety_report
+
+    episodes, skipped = safety_episodes(tasks)
+    teacher, backend = episode_backend(
+        checkpoint, max_steps=config.safety_max_steps, generation=config.generation(),
+        decoder=config.decoder, on_invalid_turn=config.on_invalid_turn,
+        max_batch_size=config.batch_size)
+    return {"worlds": len(tasks), "skipped_worlds": dict(skipped),
+            **safety_report(episodes, play(backend, teacher, episodes))}
+
+
 def evaluate(config: EvalConfig) -> dict[str, Any]:
     """The report (see the module docstring). Raises `trainer.heldout.LeakError` before any
     model is loaded when the tasks occur in the training shards."""
@@ -263,6 +351,7 @@ def _evaluate(config: EvalConfig) -> dict[str, Any]:
 
     import_modules(list(config.env_modules))
     checkpoint = resolve_checkpoint(config.checkpoint)
+    reference = check_reference(checkpoint, config.reference)
     started = time.perf_counter()
     chosen = heldout_tasks(config.envs, config.num_tasks, config.eval_seed, config.shards)
     report: dict[str, Any] = {"checkpoint": checkpoint, "tasks": chosen.describe(),
@@ -283,75 +372,21 @@ def _evaluate(config: EvalConfig) -> dict[str, Any]:
             started = time.perf_counter()
             report["irr"] = _irr(config, checkpoint, chosen.tasks[:config.irr_tasks])
             seconds["irr"] = time.perf_counter() - started
+    if config.preferences or config.negatives:
+        started = time.perf_counter()
+        report.update(_preference_sections(config, checkpoint, reference,
+                                           chosen.tasks[:config.pref_tasks]))
+        seconds["preferences"] = time.perf_counter() - started
+    if config.safety and config.safety_worlds:
+        started = time.perf_counter()
+        report["safety"] = _safety(config, checkpoint, chosen.tasks[:config.safety_worlds])
+        seconds["safety"] = time.perf_counter() - started
     report["seconds"] = {k: round(v, 3) for k, v in seconds.items()}
     return report
 
 
-def config_from_args(args: argparse.Namespace) -> EvalConfig:
-    return EvalConfig(
-        checkpoint=args.checkpoint, envs=tuple(args.envs.split(",")), num_tasks=args.num_tasks,
-        eval_seed=args.eval_seed, shards=tuple(args.shards), steps=args.only != "episodes",
-        episodes=args.only != "steps", irr_tasks=args.irr_tasks,
-        irr_extra_turns=args.irr_extra_turns, max_steps=args.max_steps,
-        max_new_tokens=args.max_new_tokens, decoder=args.decoder, hybrid=not args.no_hybrid,
-        threshold=args.threshold, candidates=args.candidates,
-        on_invalid_turn=args.on_invalid_turn, batch_size=args.batch_size,
-        step_batch_tokens=args.step_batch_tokens, seed=args.seed,
-        env_modules=tuple(args.env_modules), threads=args.threads)
-
-
-def _run(args: argparse.Namespace) -> int:
-    from trainer.heldout import LeakError
-
-    try:
-        report = evaluate(config_from_args(args))
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        print(f"trainer eval: invalid settings: {problems}", file=sys.stderr)
-        return 2
-    except (LeakError, FileNotFoundError, KeyError, ValueError) as exc:
-        print(f"trainer eval: {exc}", file=sys.stderr)
-        return 2
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return 0
-
-
 def add_eval_command(commands: Any) -> None:
-    parser = commands.add_parser("eval", help="a checkpoint on held-out tasks: step-level and "
-                                 "episode metrics in one JSON report")
-    defaults = EvalConfig.model_fields
-    parser.add_argument("--checkpoint", required=True, help=defaults["checkpoint"].description)
-    parser.add_argument("--envs", default="sql,fs,enterprise", help="comma-separated env names")
-    parser.add_argument("--env-modules", nargs="*", default=[],
-                        help=defaults["env_modules"].description)
-    parser.add_argument("--num-tasks", "--num-episodes", dest="num_tasks", type=int, default=60,
-                        help=defaults["num_tasks"].description)
-    parser.add_argument("--eval-seed", type=int, default=0, help=defaults["eval_seed"].description)
-    parser.add_argument("--shards", action="append", default=[], metavar="OUT",
-                        help="training OUT root to check the tasks against (repeatable): a "
-                             "shared task id or seed is refused, a shared instruction dropped")
-    parser.add_argument("--only", choices=("steps", "episodes"), default=None,
-                        help="run only the step-level metrics, or only episodes (+ IRR)")
-    parser.add_argument("--irr-tasks", type=int, default=15, help=defaults["irr_tasks"].description)
-    parser.add_argument("--irr-extra-turns", type=int, default=2,
-                        help=defaults["irr_extra_turns"].description)
-    parser.add_argument("--max-steps", type=int, default=12, help=defaults["max_steps"].description)
-    parser.add_argument("--max-new-tokens", type=int, default=256,
-                        help=defaults["max_new_tokens"].description)
-    parser.add_argument("--decoder", choices=("policy", "batched"), default="policy",
-                        help=defaults["decoder"].description)
-    parser.add_argument("--on-invalid-turn", choices=("stop", "feedback"), default="stop",
-                        help=defaults["on_invalid_turn"].description)
-    parser.add_argument("--batch-size", type=int, default=8, help=defaults["batch_size"].description)
-    parser.add_argument("--step-batch-tokens", type=int, default=32_768,
-                        help=defaults["step_batch_tokens"].description)
-    parser.add_argument("--no-hybrid", action="store_true", help="never switch to the slow path")
-    parser.add_argument("--threshold", type=float, default=None, help=defaults["threshold"].description)
-    parser.add_argument("--candidates", type=int, default=None, help=defaults["candidates"].description)
-    parser.add_argument("--seed", type=int, default=0, help=defaults["seed"].description)
-    parser.add_argument("--threads", type=int, default=0, help=defaults["threads"].description)
-    parser.add_argument("--out", default=None, help="also write the report (JSON) here")
-    parser.set_defaults(handler=_run)
+    """The `eval` subcommand (its flags and handler live in trainer.eval_cli)."""
+    from trainer.eval_cli import add_eval_command as add
+
+    add(commands)

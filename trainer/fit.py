@@ -2,9 +2,11 @@
 
 Topology (readable here, in one place):
 
-    driver:  TrainConfig -> Ray Data stream over OUT/ (trainer.data) -> TorchTrainer
+    driver:  TrainConfig -> recipe (`recipe:`, trainer.recipes) -> its Ray Data stream over
+             OUT/ (sad: trainer.data; dpo: trainer.readers.preferences, after the reference
+             pass when dpo.reference is precomputed) -> TorchTrainer
     workers: `scaling.num_workers` x TorchTrainer worker (`cpus_per_worker` CPUs, a GPU each
-             with use_gpu) running trainer.worker.train_loop_per_worker; gloo on CPU, NCCL on
+             with use_gpu) running the recipe's train_loop_per_worker; gloo on CPU, NCCL on
              GPU; DDP or DeepSpeed ZeRO inside
     storage: run_dir = Ray Train's storage_path/name: checkpoints + run state; rerunning with
              the same run_dir resumes from the latest checkpoint; metrics.jsonl beside them
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config import TrainConfig
-from trainer.data import DataSettings, build_dataset, lm_complexities
+from trainer.recipes import load_recipe
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -36,17 +38,31 @@ class FitResult:
     data: dict[str, Any]            # what the data stream was built from
 
 
+def checkpoint_dir(path: str | None) -> str | None:
+    """A checkpoint directory as given, a run directory's newest checkpoint (so a DPO run
+    can start from `runs/tiny`), or None."""
+    if path and Path(path).is_dir() and not (Path(path) / "config.json").exists():
+        from trainer.eval import resolve_checkpoint  # light: torch/datagen load lazily there
+
+        return resolve_checkpoint(path)
+    return path
+
+
 def absolute_paths(cfg: TrainConfig) -> TrainConfig:
-    """Workers do not share the driver's working directory: resolve paths here."""
+    """Workers do not share the driver's working directory: resolve paths here (and run
+    directories given as checkpoints to their newest checkpoint, once, at the start)."""
     def absolute(path: str | None) -> str | None:
         return str(Path(path).expanduser().resolve()) if path else path
 
     updates = {"run_dir": absolute(cfg.run_dir), "shards": absolute(cfg.shards),
                "tokenizer": absolute(cfg.tokenizer)}
-    model = cfg.model.model_copy(update={"init_from": absolute(cfg.model.init_from)})
+    model = cfg.model.model_copy(update={"init_from": checkpoint_dir(absolute(cfg.model.init_from))})
     loss = cfg.loss.model_copy(update={"teacher_model": absolute(cfg.loss.teacher_model)})
+    dpo = cfg.dpo.model_copy(update={"reference_model": checkpoint_dir(absolute(cfg.dpo.reference_model)),
+                                     "reference_dir": absolute(cfg.dpo.reference_dir)})
     scaling = cfg.scaling.model_copy(update={"deepspeed_config": absolute(cfg.scaling.deepspeed_config)})
-    return cfg.model_copy(update={**updates, "model": model, "loss": loss, "scaling": scaling})
+    return cfg.model_copy(update={**updates, "model": model, "loss": loss, "dpo": dpo,
+                                  "scaling": scaling})
 
 
 def init_ray(address: str | None) -> None:
@@ -64,26 +80,20 @@ def init_ray(address: str | None) -> None:
              logging_level=logging.WARNING, runtime_env=runtime_env)
 
 
-def data_settings(cfg: TrainConfig) -> DataSettings:
-    return DataSettings(shards=cfg.shards, tokenizer=cfg.tokenizer,
-                        max_seq_len=cfg.data.max_seq_len, batch_size=cfg.data.batch_size,
-                        mch_rows=cfg.data.mch_rows,
-                        bucket_pool_batches=cfg.data.bucket_pool_batches,
-                        use_mch=cfg.model.use_mch, tables=tuple(cfg.data.tables),
-                        table_weights=tuple(sorted(cfg.data.table_weights.items())),
-                        read_topk=cfg.loss.teacher == "topk" and cfg.loss.objective != "sft",
-                        check_tokenizer=cfg.data.check_tokenizer,
-                        seed=cfg.run.seed, complexity_weights=tuple(cfg.curriculum.weights))
+def ordered_ingest() -> Any:
+    """Ray Train's ingest with the stream's order kept: a resumed run skips the micro-batches
+    its checkpoint consumed by position, which is only the same batches if the order is the
+    same (without it, a resumed run trained a batch of the first leg again in 1 of 2 tries).
+    One worker resumes exactly; with several, the streaming split hands blocks to ranks as
+    they ask, so each rank skips as many batches as it consumed, not necessarily the same."""
+    import copy
 
+    import ray.data
+    import ray.train
 
-def curriculum_quantiles(dataset: Any, cfg: TrainConfig) -> list[float] | None:
-    """Complexity quantiles over the whole stream (one pass over the scores only)."""
-    if not cfg.curriculum.enabled:
-        return None
-    import numpy as np
-
-    scores = lm_complexities(dataset)
-    return np.quantile(scores, np.linspace(0, 1, 101)).tolist() if len(scores) else None
+    options = copy.deepcopy(ray.data.DataContext.get_current().execution_options)
+    options.preserve_order = True
+    return ray.train.DataConfig(execution_options=options)
 
 
 def fit(cfg: TrainConfig) -> FitResult:
@@ -91,11 +101,10 @@ def fit(cfg: TrainConfig) -> FitResult:
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from trainer.worker import train_loop_per_worker
-
     cfg = absolute_paths(cfg)
+    recipe = load_recipe(cfg.recipe)
     init_ray(cfg.ray_address)
-    dataset, data_info = build_dataset(data_settings(cfg))
+    dataset, data_info = recipe.build_dataset(cfg)
     log.info("training data: %s", data_info)
     run_dir = Path(cfg.run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -103,9 +112,9 @@ def fit(cfg: TrainConfig) -> FitResult:
     # DeepSpeed on CPU (tests, laptops) needs its CPU accelerator chosen in every worker.
     worker_env = {"DS_ACCELERATOR": "cpu"} if scaling.strategy == "deepspeed" and not scaling.use_gpu else {}
     trainer = TorchTrainer(
-        train_loop_per_worker,
+        recipe.train_loop_per_worker,
         train_loop_config={"train": cfg.model_dump(mode="json"),
-                           "curriculum_quantiles": curriculum_quantiles(dataset, cfg)},
+                           **recipe.loop_extras(cfg, dataset)},
         torch_config=TorchConfig(backend="nccl" if scaling.use_gpu else "gloo"),
         scaling_config=ray.train.ScalingConfig(
             num_workers=scaling.num_workers, use_gpu=scaling.use_gpu,
@@ -114,7 +123,7 @@ def fit(cfg: TrainConfig) -> FitResult:
             name=run_dir.name, storage_path=str(run_dir.parent),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
             worker_runtime_env={"env_vars": worker_env} if worker_env else None),
-        datasets={"train": dataset})
+        datasets={"train": dataset}, dataset_config=ordered_ingest())
     result = trainer.fit()
     checkpoint = result.checkpoint.path if result.checkpoint is not None else None
     return FitResult(str(run_dir), checkpoint, dict(result.metrics or {}), data_info)

@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-PROMPT, REASON, ACT, OBS = 0, 1, 2, 3
+from trainer.contract import ACT, REASON
+
 Objective = Literal["sad", "token_kd", "sft"]
 TeacherKind = Literal["onehot", "topk", "online"]
 _TAIL_EPS = 1e-6  # teacher tail mass below this is rounding error of a full top-k

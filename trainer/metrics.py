@@ -60,12 +60,41 @@ class MetricsLog:
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
+    def resume_at(self, step: int) -> int:
+        """Drop records of steps after `step` (the checkpoint a resumed run starts from): a
+        killed run logged them, but their updates died with it and the resumed run trains
+        them again, so each step keeps one record. Returns how many were dropped."""
+        if not self.enabled or not self.path.exists():
+            return 0
+        lines = self.path.read_text().splitlines()
+        kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
+        if len(kept) < len(lines):
+            temporary = self.path.with_suffix(".tmp")
+            temporary.write_text("".join(line + "\n" for line in kept))
+            temporary.replace(self.path)
+        return len(lines) - len(kept)
+
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
         record = {"time": round(time.time(), 3), **record}
         with self.path.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
+
+
+def rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def progress_bar(total: int, start: int, enabled: bool):
+    """A tqdm bar on the driver's console (rank 0), or None."""
+    if not enabled:
+        return None
+    from ray.experimental.tqdm_ray import tqdm  # renders on the driver's console
+
+    bar = tqdm(total=total, desc="train", unit="step")
+    bar.update(start)  # a resumed run starts where the last one stopped
+    return bar
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

@@ -1,30 +1,25 @@
-"""MCH negatives: a trajectory with one tool call replaced by a mutator's wrong call.
+"""An MCH negative built on the fly: a trajectory with one tool call replaced by a wrong one.
 
-The `negatives` table gives (`trajectory_id`, `step`, `mutated`): `mutated` is the JSON of
-the whole wrong call, `{"name": ..., "arguments": ...}`. The negative example is the
-trajectory's text up to that step's ACT span, with the span re-rendered around the wrong
-call exactly as the chat template renders calls, and cut right after it: what follows in the
-original (the observation of the correct call) would be inconsistent with the wrong call.
-The MCH learns to score the last token of that ACT span 0; the LM loss never sees it.
+Evaluation (trainer.step_eval) makes typed negatives of held-out gold calls with the
+mutators, so no pipeline text exists for them; training never comes here (its negatives are
+the `negative` pairs the pipeline wrote, trainer.readers.preferences). The negative is the
+trajectory's text up to that step's ACT span, with the span written around the wrong call
+as the contract writes calls (`trainer.contract.call_act_text`, tested against datagen's
+renderer), and cut right after it: what follows in the original (the observation of the
+correct call) would be inconsistent with the wrong call.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import orjson
 
-
-def render_call(name: str, arguments: Any) -> str:
-    """The ACT span text of a tool call, as Qwen2.5's template writes it (json.dumps with
-    default separators, non-ASCII kept)."""
-    return (f'\n<tool_call>\n{{"name": "{name}", "arguments": '
-            f'{json.dumps(arguments, ensure_ascii=False)}}}\n</tool_call><|im_end|>\n')
+from trainer.contract import TOOL_CALL_OPEN, call_act_text
 
 
 def parse_call(payload: str | None) -> dict[str, Any] | None:
-    """The wrong call from a `mutated` cell; None when it is not a whole call."""
+    """The wrong call from a JSON payload; None when it is not a whole call."""
     try:
         call = orjson.loads(payload) if payload else None
     except orjson.JSONDecodeError:
@@ -43,10 +38,9 @@ def negative_example(text: str, spans: list[dict], step: int, mutated: str | Non
         return None
     for index, span in enumerate(spans):
         if span["kind"] == "ACT" and span["step"] == step:
-            segment = text[span["start"]:span["end"]]
-            if "<tool_call>" not in segment:
+            if TOOL_CALL_OPEN not in text[span["start"]:span["end"]]:
                 return None  # a final answer, not a call
-            act_text = render_call(call["name"], call["arguments"])
+            act_text = call_act_text(call["name"], call["arguments"])
             start = span["start"]
             new_spans = [dict(s) for s in spans[:index]]
             new_spans.append({"kind": "ACT", "start": start, "end": start + len(act_text),

@@ -41,6 +41,35 @@ def _at_least_fp32(values: torch.Tensor) -> torch.Tensor:
     return values if values.dtype == torch.float64 else values.float()
 
 
+def prefix_cache(model: torch.nn.Module, cache: DynamicCache, row: int, tokens: int,
+                 copies: int) -> DynamicCache:
+    """A new cache holding row `row`'s first `tokens` regular tokens (and, with landmark
+    attention, the landmarks among them), `copies` times."""
+    config = model.config
+    length = landmark_slots(0, tokens, config.landmark_block_size)[0] \
+        if getattr(config, "use_landmark", False) else tokens
+    return DynamicCache(ddp_cache_data=[
+        (layer.keys[row:row + 1, :, :length].expand(copies, -1, -1, -1).contiguous(),
+         layer.values[row:row + 1, :, :length].expand(copies, -1, -1, -1).contiguous())
+        for layer in cache.layers])
+
+
+@contextlib.contextmanager
+def exact_retrieval(model: torch.nn.Module) -> Iterator[None]:
+    """Landmark decoding that opens every block (= the grouped softmax of a full forward), so
+    tokens fed after a cache score as they would in one forward; no-op without landmarks."""
+    config = model.config
+    landmark = bool(getattr(config, "use_landmark", False))
+    saved = getattr(config, "landmark_retrieval_topk", None)
+    if landmark:
+        config.landmark_retrieval_topk = 1 << 30
+    try:
+        yield
+    finally:
+        if landmark:
+            config.landmark_retrieval_topk = saved
+
+
 class TorchStepScorer:
     """Scores GoldExamples with an AgentQwen2ForCausalLM (or plain Qwen2) checkpoint."""
 
@@ -132,33 +161,9 @@ class TorchStepScorer:
         return (logprob[kinds == REASON].numpy(), logprob[kinds == ACT].numpy(),
                 hit[kinds == ACT].numpy())
 
-    def _cache_length(self, tokens: int) -> int:
-        """Cache entries holding `tokens` regular tokens (landmarks included)."""
-        if not self.landmark:
-            return tokens
-        return landmark_slots(0, tokens, self.model.config.landmark_block_size)[0]
-
     def _prefix_cache(self, cache: DynamicCache, row: int, tokens: int, copies: int,
                       ) -> DynamicCache:
-        """A new cache holding row `row`'s first `tokens` tokens, `copies` times."""
-        length = self._cache_length(tokens)
-        return DynamicCache(ddp_cache_data=[
-            (layer.keys[row:row + 1, :, :length].expand(copies, -1, -1, -1).contiguous(),
-             layer.values[row:row + 1, :, :length].expand(copies, -1, -1, -1).contiguous())
-            for layer in cache.layers])
-
-    @contextlib.contextmanager
-    def _exact_retrieval(self) -> Iterator[None]:
-        """Landmark decoding that opens every block (= the grouped softmax of a forward)."""
-        config = self.model.config
-        saved = getattr(config, "landmark_retrieval_topk", None)
-        if self.landmark:
-            config.landmark_retrieval_topk = 1 << 30
-        try:
-            yield
-        finally:
-            if self.landmark:
-                config.landmark_retrieval_topk = saved
+        return prefix_cache(self.model, cache, row, tokens, copies)
 
     def _negative_confidence(self, hidden: torch.Tensor, cache: DynamicCache, row: int,
                              example: GoldExample) -> list[float]:
@@ -176,7 +181,7 @@ class TorchStepScorer:
                 ids[i, :len(act_ids)] = torch.tensor(act_ids)
                 spans[i, :len(act_ids)] = ACT
             past = self._prefix_cache(cache, row, prefix, len(rows))
-            with self._exact_retrieval():
+            with exact_retrieval(self.model):
                 tail = self.model(input_ids=ids.to(self.device), span_ids=spans.to(self.device),
                                   past_key_values=past, use_cache=True, return_hidden=True,
                                   logits_to_keep=1).hidden

@@ -2,8 +2,7 @@
 complexity scores. Pure functions over NumPy/Arrow, used by the Ray Data stages in
 `trainer.data` and by generation (prompts are labelled the same way as training rows).
 
-Span kind ids follow the contract: 0 PROMPT, 1 REASON, 2 ACT, 3 OBS, 4 ERROR (a repair's
-wrong call: context, never loss).
+Span kind ids, markers and the trained kinds come from the contract (trainer.contract).
 """
 
 from __future__ import annotations
@@ -16,9 +15,11 @@ from typing import Sequence
 
 import numpy as np
 
-SPAN_KIND_ID = {"PROMPT": 0, "REASON": 1, "ACT": 2, "OBS": 3, "ERROR": 4}  # ERROR: a repair's wrong call, no loss
-ACT, ERROR = SPAN_KIND_ID["ACT"], SPAN_KIND_ID["ERROR"]
-TOOL_CALL_OPEN, IM_END = "<tool_call>", "<|im_end|>"
+from trainer.contract import ACT, ERROR, IM_END, SPAN_KIND_ID, TOOL_CALL_OPEN, TRAINED_SPANS
+
+__all__ = ["ACT", "ERROR", "IM_END", "SPAN_KIND_ID", "TOOL_CALL_OPEN", "TextTokenizer",
+           "load_tokenizer", "special_ids", "label_tokens", "tokenize_with_spans", "act_runs",
+           "tool_call_step_ends", "topk_entropy", "complexity"]
 
 
 class TextTokenizer:
@@ -127,5 +128,5 @@ def complexity(n_steps: int, span_ids: np.ndarray, entropy: float = 0.0,
     """Heuristic difficulty of a trajectory for the curriculum: tool-call steps, assistant
     tokens (per 1000) and teacher entropy, weighted."""
     span_ids = np.asarray(span_ids)
-    assistant_tokens = int(np.isin(span_ids, (1, 2)).sum())
+    assistant_tokens = int(np.isin(span_ids, TRAINED_SPANS).sum())
     return weights[0] * n_steps + weights[1] * assistant_tokens / 1000.0 + weights[2] * entropy

@@ -15,6 +15,8 @@ from datagen.envs.base import Environment, tool_spec
 
 _REGISTRY: dict[str, type[Environment]] = {}
 _BUILTIN_MODULES = ("datagen.envs.sql", "datagen.envs.fs", "datagen.envs.enterprise")
+# The environments a run, `datagen eval irr` and the tools use when none are named.
+DEFAULT_ENVS = ("sql", "fs", "enterprise")
 
 
 def register_env(cls: type[Environment]) -> type[Environment]:
@@ -62,4 +64,4 @@ def make_env(name: str) -> Environment:
 EnvFactory = Callable[[], Environment]
 
 __all__ = ["Environment", "tool_spec", "register_env", "resolve_env", "make_env",
-           "available_envs", "import_modules"]
+           "available_envs", "import_modules", "DEFAULT_ENVS"]

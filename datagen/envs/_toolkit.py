@@ -11,10 +11,11 @@ from typing import Any, Callable, ClassVar
 
 import orjson
 
-from datagen.envs._argcheck import Check, compile_checker, short_json
+from datagen.envs._argcheck import Check, compile_checker
 from datagen.envs.base import Environment
 from datagen.envs._names import FIRST_NAMES
 from datagen.types import GoldStep, Observation, Task, ToolCall
+from mutators.jsonvalues import render
 
 
 def parse_path(path: str) -> list[str | int]:
@@ -174,11 +175,11 @@ class ToolEnvironment(Environment):
                 arguments = orjson.loads(arguments or "{}")
             checker = self._checkers().get(name) if isinstance(name, str) else None
             if checker is None:
-                return self.fail(f"unknown tool {short_json(name)}; available tools: "
+                return self.fail(f"unknown tool {render(name)}; available tools: "
                                  f"{', '.join(self._parameters())}")
             if arguments is None:
                 arguments = {}
-            error = checker(arguments)
+            error = _checked(checker, arguments) or _not_unicode(arguments)
             if error:
                 return self.fail(f"{name}: {error}")
             if not self.is_ready():
@@ -187,7 +188,9 @@ class ToolEnvironment(Environment):
         except orjson.JSONDecodeError:
             return self.fail(f"{name}: arguments are not valid JSON")
         except Exception as exc:  # a bug in a tool must not end the rollout
-            return self.fail(f"{name} failed unexpectedly: {type(exc).__name__}: {exc}")
+            shown = name[:100] if isinstance(name, str) else render(name)
+            return self.fail(f"{shown} failed unexpectedly: {type(exc).__name__}: "
+                             f"{str(exc)[:300]}")
 
     def is_ready(self) -> bool:
         return getattr(self, "state", None) is not None
@@ -215,6 +218,33 @@ class ToolEnvironment(Environment):
     def values_for(self, tool: str, key: str, current: Any) -> list[Any]:
         """Existing values that could stand in for argument `key` of `tool` (ids, names)."""
         return []
+
+
+def _checked(checker: Check, arguments: Any) -> str | None:
+    """The schema check's verdict; a value the checker cannot even describe (an int past 64
+    bits breaks its JSON rendering) is reported as such, not as a failed tool."""
+    try:
+        return checker(arguments)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        return f"arguments could not be checked: {str(exc)[:200]}"
+
+
+def _not_unicode(value: Any) -> str | None:
+    """Strings with lone surrogates (from a JSON `\\ud800` escape) cannot be encoded into an
+    observation: refuse them before the tool acts, not after."""
+    if type(value) is str:
+        if value.isascii():
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "arguments contain text that is not valid Unicode (a lone surrogate)"
+        return None
+    if isinstance(value, (dict, list, tuple)):
+        for item in value.values() if isinstance(value, dict) else value:
+            if (type(item) is not str or not item.isascii()) and (found := _not_unicode(item)):
+                return found
+    return None
 
 
 _NUMBER = re.compile(r"(?<![\w.\-/:])-?\d[\d,]*(?:\.\d+)?(?![\w\-/:]|\.\d)")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
-import re
 from typing import Any, Callable
 
 from datagen.envs import register_env
@@ -21,15 +20,13 @@ from datagen.envs.base import tool_spec
 from datagen.envs.fs_tasks import TEMPLATES, config_lookup, expected_files
 from datagen.envs.fs_world import FsWorld, build_world
 from datagen.types import Observation, Task
+from mutators.safe_regex import UNDECIDED, compile_safe, new_call
 
 _PATH = {"type": "string", "minLength": 1, "maxLength": 512, "pattern": "^[/~]",
          "description": "Absolute path, starting with / (or ~ for the home directory)."}
 _STATE_KEYS = ("moves", "deletes", "replace", "appends")
 _GLOBS = ("*.log", "*.tmp", "*.csv", "*.md", "*.pdf", "*.yaml", "*.ini", "*.env", "*.toml")
 MAX_RESULTS = 100
-# A group that repeats and contains a repeat, e.g. (a+)+ or (x*y)*: Python's re has no timeout,
-# and such patterns backtrack exponentially.
-_NESTED_REPEAT = re.compile(r"\([^()]*[+*}][^()]*\)\s*[+*{]")
 
 TOOL_SPECS = [
     tool_spec("list_dir", "List a directory: name, type, size and modification date of each "
@@ -198,13 +195,24 @@ class FsEnv(ToolEnvironment):
         matcher = _line_matcher(text, regex, ignore_case)
         if isinstance(matcher, str):
             return self.fail(matcher)
-        matches = [{"path": p, "line": number, "text": line}
-                   for p in scope
-                   for number, line in enumerate(self.state["files"][p][0].splitlines(), 1)
-                   if matcher(line)]
+        matches, undecided = [], 0
+        for p in scope:
+            for number, line in enumerate(self.state["files"][p][0].splitlines(), 1):
+                found = matcher(line)
+                if found:
+                    matches.append({"path": p, "line": number, "text": line})
+                elif found is UNDECIDED:
+                    undecided += 1
+        if undecided and not matches:
+            return self.fail(f"the regular expression {text!r} backtracks too much to finish "
+                             "in time; simplify it (no nested repeats, lookarounds or "
+                             "backreferences)")
         payload: dict[str, Any] = {"count": len(matches), "matches": matches[:max_results]}
         if len(matches) > max_results:
             payload["truncated"] = True
+        if undecided:
+            payload["note"] = (f"{undecided} lines could not be searched in time: the "
+                               "regular expression backtracks too much")
         return self.ok(payload)
 
     def tool_stat(self, path: str) -> Observation:
@@ -344,16 +352,16 @@ class FsEnv(ToolEnvironment):
             {"files": dict(snapshot["files"]), "dirs": dict(snapshot["dirs"])}
 
 
-def _line_matcher(text: str, regex: bool, ignore_case: bool) -> Callable[[str], bool] | str:
-    """A predicate over lines, or an error message for a bad pattern."""
+def _line_matcher(text: str, regex: bool, ignore_case: bool) -> Callable[[str], Any] | str:
+    """A predicate over lines, or an error message for a bad pattern. Regexes run on a
+    linear-time engine (RE2), or for lookarounds and backreferences under a time budget
+    (`mutators.safe_regex`): `(a+)+$` over a log cannot hang the rollout."""
     if regex:
-        if _NESTED_REPEAT.search(text):
-            return "nested repetition such as (a+)+ is not supported in search patterns"
-        try:
-            pattern = re.compile(text, re.IGNORECASE if ignore_case else 0)
-        except re.error as exc:
-            return f"invalid regular expression {text!r}: {exc}"
-        return lambda line: pattern.search(line) is not None
+        pattern = compile_safe(text, ignore_case)
+        if isinstance(pattern, str):
+            return f"invalid regular expression {text!r}: {pattern}"
+        new_call()
+        return pattern.search
     if ignore_case:
         needle = text.lower()
         return lambda line: needle in line.lower()

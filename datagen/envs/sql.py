@@ -16,6 +16,7 @@ from typing import Any
 from datagen.envs import register_env
 from datagen.envs._toolkit import ToolEnvironment, WorldCache, answer_matches
 from datagen.envs.base import tool_spec
+from datagen.envs.sql_limits import MAX_RESULT_CHARS
 from datagen.envs.sql_sandbox import SqlSandbox
 from datagen.envs.sql_tasks import (category_avg_price, entity_favourite_item,
                                     entity_latest, entity_status_value, entity_total,
@@ -144,11 +145,15 @@ class SqlEnv(ToolEnvironment):
         result = self.db.read(sql, max_rows)
         if isinstance(result, str):
             return self.fail(result)
-        names, rows = _unique_names(result[0]), result[1]
-        records = [dict(zip(names, row)) for row in rows[:max_rows]]
-        if len(rows) > max_rows:
+        names, rows, cut = _unique_names(result[0]), result[1], result[2]
+        records = [dict(zip(names, row)) for row in rows]
+        if cut == "rows":
             return self.ok({"note": f"only the first {max_rows} rows are shown; add filters "
                             "or a LIMIT", "rows": records})
+        if cut == "size":
+            return self.ok({"note": f"only the first {len(records)} rows are shown: the result "
+                            f"is over {MAX_RESULT_CHARS:,} characters; select fewer columns, "
+                            "add filters or a LIMIT", "rows": records})
         return self.ok(records)
 
     def tool_execute(self, sql: str) -> Observation:

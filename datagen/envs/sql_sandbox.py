@@ -3,9 +3,11 @@ authorizer, a runaway-query stop, schema catalog, snapshots.
 
 Safety: databases are `:memory:`; agent statements run under an authorizer that refuses
 ATTACH/DETACH, PRAGMA (except read-only schema info), schema changes and file or extension
-functions, and in read mode any write; a progress handler stops runaway queries. The caller
-also filters statements by their first keyword, so read and write texts never share a
-statement-cache entry that was authorized in the other mode.
+functions, and in read mode any write; a progress handler stops statements that run too long
+or take too much memory, and results are fetched row by row within a size budget (limits and
+measurements in `sql_limits`). The caller also filters statements by their first keyword, so
+read and write texts never share a statement-cache entry that was authorized in the other
+mode.
 
 Speed: CREATE TABLE costs ~50 us and a fresh database re-parses its schema on first use, so
 there is one connection per schema variant (at most 192, ~0.2 MB each) whose tables are
@@ -19,12 +21,18 @@ deserialized into a used connection: snapshots are restored through the backup A
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from typing import Any
 
+from datagen.envs.sql_limits import (MAX_DB_PAGES, MAX_STATEMENT_HEAP, MAX_STATEMENT_SECONDS,
+                                     MAX_VALUE_BYTES, RECYCLE_PAGES, WATCHDOG, apply_limits,
+                                     collect_rows, heap_meter, printf_too_wide)
 from datagen.envs.sql_world import DISTRACTORS, Schema, SqlWorld
 
 _PROGRESS_STEP = 1000    # VM instructions between progress callbacks
 _PROGRESS_LIMIT = 2000   # callbacks before a query is stopped (~2M instructions)
+_PAGE_BYTES = 4096       # SQLite's default page size (compile option DEFAULT_PAGE_SIZE)
 _NEVER = {sqlite3.SQLITE_ATTACH: "ATTACH", sqlite3.SQLITE_DETACH: "DETACH",
           sqlite3.SQLITE_PRAGMA: "PRAGMA"}
 _INFO_PRAGMAS = ("table_info", "table_xinfo", "foreign_key_list", "index_list", "index_info",
@@ -69,8 +77,20 @@ class SqlSandbox:
         self._retired: sqlite3.Connection | None = None
         self.mode = "admin"  # admin (internal) | read (run_query) | write (execute)
         self.denied: str | None = None
+        self.stopped: str | None = None  # why the progress handler ended the statement
         self.ticks = 0
+        # (connection, deadline) of the agent statement running now; the watchdog thread
+        # reads it under the lock, so it never interrupts a statement that already ended
+        self._running: tuple[sqlite3.Connection, float] | None = None
+        self._running_lock = threading.Lock()
+        self._heap_start = 0
+        self._heap = heap_meter()
+        # formats printf()/format() calls that passed `printf_too_wide` (the agent's own
+        # connections have both names replaced by the guarded `_printf`)
+        self._printer = sqlite3.connect(":memory:", check_same_thread=False)
+        apply_limits(self._printer)
         self.conn = self._connect(())
+        WATCHDOG.watch(self)
         # Rows per table while the database holds exactly what `load` put in (cleared by any
         # agent write, a drop or a restore): describe_table and the checker ask for counts on
         # every task, and a COUNT(*) round trip costs ~15 us.
@@ -81,6 +101,9 @@ class SqlSandbox:
                                cached_statements=64)
         for statement in ddl:
             conn.execute(statement)
+        apply_limits(conn)
+        for name in ("printf", "format"):
+            conn.create_function(name, -1, self._printf, deterministic=True)
         conn.set_authorizer(self._authorize)
         conn.set_progress_handler(self._on_progress, _PROGRESS_STEP)
         return conn
@@ -138,43 +161,93 @@ class SqlSandbox:
         if self.mode == "admin":
             return 0
         self.ticks += 1
-        return self.ticks > _PROGRESS_LIMIT
+        if self.ticks > _PROGRESS_LIMIT:
+            self.stopped = "it ran too long"
+        elif self._heap is not None and self._heap() - self._heap_start > MAX_STATEMENT_HEAP:
+            self.stopped = f"it needed more than {MAX_STATEMENT_HEAP >> 20} MB of memory"
+        return self.stopped is not None
 
-    def _error(self, exc: Exception) -> str:
+    def interrupt_if_late(self, now: float) -> None:
+        """Called by the watchdog thread: stop the running statement past its deadline."""
+        with self._running_lock:
+            if self._running is not None and now > self._running[1]:
+                self.stopped = "it ran too long"
+                self._running[0].interrupt()
+
+    def _printf(self, fmt: Any, *args: Any) -> Any:
+        if printf_too_wide(fmt, args):
+            self.denied = f"printf()/format() width or precision over {MAX_VALUE_BYTES:,}"
+            raise ValueError(self.denied)
+        marks = ", ".join("?" * (len(args) + 1))
+        return self._printer.execute(f"SELECT printf({marks})", (fmt, *args)).fetchone()[0]
+
+    def _begin(self, mode: str) -> None:
+        """Guards on for one agent statement: its mode, instruction, time and memory budgets."""
+        self.mode, self.denied, self.stopped, self.ticks = mode, None, None, 0
+        self._heap_start = self._heap() if self._heap is not None else 0
+        self._running = (self.conn, time.monotonic() + MAX_STATEMENT_SECONDS)
+
+    def _end(self) -> None:
+        with self._running_lock:
+            self._running = None
+        self.mode = "admin"
+
+    def _error(self, exc: BaseException) -> str:
         if self.denied:
             return f"statement refused: {self.denied}"
-        if self.ticks > _PROGRESS_LIMIT:
-            return "query stopped: it ran too long (add filters or a LIMIT)"
-        return f"SQL error: {exc}"
+        if self.stopped:
+            return f"query stopped: {self.stopped} (add filters or a LIMIT)"
+        if isinstance(exc, MemoryError):  # SQLITE_NOMEM under the process-wide heap limit
+            return "query stopped: SQLite ran out of memory (add filters or a LIMIT)"
+        text = str(exc)
+        if "too big" in text:
+            return (f"SQL error: {text}: a single value or row may hold at most "
+                    f"{MAX_VALUE_BYTES:,} bytes here")
+        if "full" in text:
+            return (f"SQL error: {text}: this database may grow to at most "
+                    f"{MAX_DB_PAGES * 4} KB; the statement was rolled back")
+        return f"SQL error: {text}"
 
-    def read(self, sql: str, max_rows: int) -> tuple[list[str], list[tuple]] | str:
-        """Column names and up to `max_rows + 1` rows of an agent query, or an error."""
-        self.mode, self.denied, self.ticks = "read", None, 0
+    def read(self, sql: str, max_rows: int) -> tuple[list[str], list[tuple], str | None] | str:
+        """Column names, up to `max_rows` rows as shown to the agent, and why the result was
+        cut (None, "rows" or "size"; see `collect_rows`) -- or an error."""
+        self._begin("read")
         cursor = None
         try:
             cursor = self.conn.execute(sql)
-            rows = cursor.fetchmany(max_rows + 1)
-            return [column[0] for column in cursor.description or ()], rows
-        except (sqlite3.Error, sqlite3.Warning) as exc:
+            names = [column[0] for column in cursor.description or ()]
+            return (names, *collect_rows(cursor, names, max_rows))
+        except (sqlite3.Error, sqlite3.Warning, MemoryError, OverflowError) as exc:
             return self._error(exc)
         finally:
-            self.mode = "admin"
             if cursor is not None:
                 cursor.close()
+            self._end()
 
     def write(self, sql: str) -> tuple[int, int | None] | str:
         """(rows changed, last insert rowid) of an agent statement, or an error."""
-        self.mode, self.denied, self.ticks = "write", None, 0
+        self._begin("write")
         self._loaded_counts = None
         try:
             cursor = self.conn.execute(sql)
             result = cursor.rowcount, cursor.lastrowid
             cursor.close()
             return result
-        except (sqlite3.Error, sqlite3.Warning) as exc:
+        except (sqlite3.Error, sqlite3.Warning, MemoryError, OverflowError) as exc:
             return self._error(exc)
         finally:
-            self.mode = "admin"
+            self._end()
+            self._recycle_if_grown()
+
+    def _recycle_if_grown(self) -> None:
+        """Retire a connection whose database writes grew past RECYCLE_PAGES: its pages stay
+        allocated after the next refill. Pages are SQLite heap, so a statement that grew the
+        heap by less than that cannot have grown the database (and costs no PRAGMA)."""
+        if self._heap is not None and \
+                self._heap() - self._heap_start < RECYCLE_PAGES * _PAGE_BYTES:
+            return
+        if self.query("PRAGMA page_count")[0][0] > RECYCLE_PAGES:
+            self._retire_current()
 
     def query(self, sql: str) -> list[tuple]:
         """An internal query (no guards): checks and descriptions."""
@@ -239,6 +312,11 @@ class SqlSandbox:
         self.query('DROP TABLE "{}"'.format(table.replace('"', '""')))
         self._loaded_counts = None
         self._forget_tables()
+        self._retire_current()
+
+    def _retire_current(self) -> None:
+        """Take the current connection out of the pool; `load` closes it and the next task
+        of its schema gets a fresh one."""
         for key, conn in self._pool.items():
             if conn is self.conn:
                 del self._pool[key]

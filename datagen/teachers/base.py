@@ -62,8 +62,9 @@ def describe_exception(exc: BaseException) -> str:
 
 
 def failed_trajectory(task: Task, teacher: str, round_: int, exc: BaseException,
-                      tools: list | None = None) -> Trajectory:
-    """A trajectory that records why the episode could not run at all."""
+                      tools: list | None = None, kind: str = "rollout_raised") -> Trajectory:
+    """A trajectory that records why the episode could not run at all (`kind`: its
+    error_kind; the default says the rollout itself raised)."""
     return Trajectory(id=trajectory_id(task.id, teacher, round_), task=task, tools=tools or [],
                       steps=[], success=False, reward=0.0, teacher=teacher, round=round_,
-                      error=describe_exception(exc))
+                      error=describe_exception(exc), error_kind=kind)

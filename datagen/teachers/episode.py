@@ -29,7 +29,7 @@ from datagen.teachers.base import describe_exception, failed_trajectory
 from datagen.teachers.config import TeacherConfig
 from datagen.teachers.trace import TraceBuilder
 from datagen.types import Observation, Step, Task, Trajectory, trajectory_id
-from mutators import validate
+from mutators import Rejected, validate
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -174,26 +174,30 @@ def _safe_tools(env: Environment) -> list[dict[str, Any]]:
 
 def judge_turn(gen: Generation, tools: dict[str, dict[str, Any]], max_tokens: int) -> Step:
     """Parse and check one generated turn; a failed check sets `error` (`kind: detail`) and
-    leaves `call` None, so only valid calls ever reach an environment or a mutator."""
+    `error_kind`, and leaves `call` None, so only valid calls ever reach an environment or a
+    mutator."""
     parsed = parse_assistant(gen.text)
     if gen.finish_reason == "length":
-        return Step(reasoning=parsed.reasoning, raw=gen.text,
-                    error=f"truncated: the turn hit the {max_tokens}-token limit before it ended")
+        return _failed_turn(parsed.reasoning, gen.text, "truncated",
+                            f"the turn hit the {max_tokens}-token limit before it ended")
     if parsed.error is not None:
-        return Step(reasoning=parsed.reasoning, raw=gen.text,
-                    error=f"{parsed.error_kind}: {parsed.error}")
+        return _failed_turn(parsed.reasoning, gen.text, parsed.error_kind, parsed.error)
     if parsed.call is None:
         return Step(reasoning=parsed.reasoning, answer=parsed.answer, raw=gen.text)
     tool = tools.get(parsed.call.name)
     if tool is None:
-        return Step(reasoning=parsed.reasoning, raw=gen.text,
-                    error=f"unknown_tool: no tool named {parsed.call.name[:80]!r}; available: "
-                          f"{', '.join(sorted(tools))}")
+        return _failed_turn(parsed.reasoning, gen.text, "unknown_tool",
+                            f"no tool named {parsed.call.name[:80]!r}; available: "
+                            f"{', '.join(sorted(tools))}")
     problems = validate(parsed.call.as_dict(), tool)
     if problems:
-        return Step(reasoning=parsed.reasoning, raw=gen.text,
-                    error=f"invalid_arguments: {'; '.join(problems[:5])}")
+        return _failed_turn(parsed.reasoning, gen.text, "invalid_arguments",
+                            "; ".join(problems[:5]))
     return Step(reasoning=parsed.reasoning, call=parsed.call, raw=gen.text)
+
+
+def _failed_turn(reasoning: str, raw: str, kind: str, detail: str) -> Step:
+    return Step(reasoning=reasoning, raw=raw, error=f"{kind}: {detail}", error_kind=kind)
 
 
 class Conversation:
@@ -285,7 +289,7 @@ class Episode:
         self.runner, self.task, self.env, self.round = runner, task, env, round_
         self.id = trajectory_id(task.id, runner.teacher, round_)
         self.steps: list[Step] = []
-        self.failures: list[str] = []
+        self.failures: list[Rejected] = []  # failed turns, in order
         self.tally = Tally()
 
     async def play(self) -> Trajectory:
@@ -293,45 +297,46 @@ class Episode:
         self.env.reset(self.task)
         tools = self.env.tools()
         convo = Conversation(self.runner, self.task, tools)
-        success, error = await self._turns(convo, {t["function"]["name"]: t for t in tools})
+        failure = await self._turns(convo, {t["function"]["name"]: t for t in tools})
         return Trajectory(id=self.id, task=self.task, tools=tools, steps=self.steps,
-                          success=success, reward=1.0 if success else 0.0,
+                          success=failure is None, reward=1.0 if failure is None else 0.0,
                           teacher=self.runner.teacher, round=self.round,
-                          error=None if success else error,
+                          error=failure and failure.detail, error_kind=failure and failure.kind,
                           meta=self._meta(time.perf_counter() - started, convo),
                           tokens=convo.trace.trace if convo.trace is not None else None)
 
-    async def _turns(self, convo: Conversation, tools: dict[str, dict]) -> tuple[bool, str]:
-        """Play turns until an answer, a stop, or a limit; returns (success, error)."""
+    async def _turns(self, convo: Conversation, tools: dict[str, dict]) -> Rejected | None:
+        """Play turns until an answer, a stop, or a limit; returns why the episode failed, or
+        None when it succeeded."""
         limits, sampling = self.runner.config.episode, self.runner.config.sampling
         for turn in range(limits.max_turns):
             max_tokens = min(sampling.max_tokens_per_turn,
                              limits.max_total_tokens - convo.context_tokens)
             if max_tokens < 1:
-                return False, self._first(f"context_exhausted: {convo.context_tokens} tokens "
-                                          f"used of max_total_tokens={limits.max_total_tokens}")
+                return self._first("context_exhausted", f"{convo.context_tokens} tokens used of "
+                                   f"max_total_tokens={limits.max_total_tokens}")
             request = convo.request(f"{self.id}:{turn}", max_tokens)
             gen = await self.runner.backend.generate(request)
             self.tally.add(gen, request)
             if gen.error is not None:
                 convo.abandon_turn()
-                return False, self._first(f"generation_failed: turn {turn}: {gen.error}")
+                return self._first("generation_failed", f"turn {turn}: {gen.error}")
             step = judge_turn(gen, tools, max_tokens)
             self.steps.append(step)
             convo.add_turn(step, gen)
             if step.error is not None:
-                self.failures.append(f"turn {turn}: {step.error}")
+                self.failures.append(Rejected(step.error_kind, f"turn {turn}: {step.error}"))
                 if gen.finish_reason == "length" or limits.on_invalid_turn == "stop":
-                    return False, self.failures[0]
+                    return self.failures[0]
                 step.observation = Observation(content=f"Error: {step.error}", error=step.error)
                 convo.add_observation(step.observation)
             elif step.call is None:
                 if self.env.check(self.task, step.answer):
-                    return True, ""
-                return False, self._first("wrong_answer: the checker rejected the final answer")
+                    return None
+                return self._first("wrong_answer", "the checker rejected the final answer")
             elif not self._execute(step, turn, convo):
-                return False, self.failures[0]
-        return False, self._first(f"max_turns: no final answer after {limits.max_turns} turns")
+                return self.failures[0]
+        return self._first("max_turns", f"no final answer after {limits.max_turns} turns")
 
     def _execute(self, step: Step, turn: int, convo: Conversation) -> bool:
         """Run a valid call; a tool that raises is an environment bug: end the episode."""
@@ -339,14 +344,15 @@ class Episode:
             step.observation = self.env.step(step.call.as_dict())
         except Exception as exc:
             step.error = f"tool_raised: {step.call.name} raised {describe_exception(exc)}"
-            self.failures.append(f"turn {turn}: {step.error}")
+            step.error_kind = "tool_raised"
+            self.failures.append(Rejected("tool_raised", f"turn {turn}: {step.error}"))
             return False
         convo.add_observation(step.observation)
         return True
 
-    def _first(self, reason: str) -> str:
-        """The episode's error: its first failed turn if any, else `reason`."""
-        return self.failures[0] if self.failures else reason
+    def _first(self, kind: str, detail: str) -> Rejected:
+        """The episode's error: its first failed turn if any, else `kind: detail`."""
+        return self.failures[0] if self.failures else Rejected(kind, f"{kind}: {detail}")
 
     def _meta(self, seconds: float, convo: Conversation) -> dict[str, Any]:
         tally, backend = self.tally, self.runner.backend
@@ -358,4 +364,5 @@ class Episode:
                 "retries": tally.retries, "cache_hits": tally.cache_hits,
                 "prompt_token_mismatches": tally.prompt_mismatches,
                 "retokenised_turns": convo.retokenised,
-                "finish_reasons": tally.finish_reasons, "failed_turns": self.failures}
+                "finish_reasons": tally.finish_reasons,
+                "failed_turns": [failure.detail for failure in self.failures]}

@@ -26,7 +26,7 @@ class OracleTeacher(Teacher):
         env.reset(task)
         steps: list[Step] = []
         previous: tuple[ToolCall, Observation] | None = None
-        error = None
+        error = kind = None
         for gold in task.gold:
             step = Step(reasoning=step_reasoning(rng, gold, previous), call=gold.call)
             steps.append(step)
@@ -34,6 +34,7 @@ class OracleTeacher(Teacher):
                 step.observation = env.step(gold.call.as_dict())
             except Exception as exc:  # a tool bug: record it on the row, end the episode
                 step.error = error = f"tool {gold.call.name} raised {describe_exception(exc)}"
+                step.error_kind = kind = "tool_raised"
                 break
             previous = (gold.call, step.observation)
         success = False
@@ -42,8 +43,8 @@ class OracleTeacher(Teacher):
             steps.append(Step(reasoning=final_reasoning(rng, previous), answer=answer))
             success = env.check(task, answer)
             if not success:
-                error = "checker rejected the gold solution"
+                error, kind = "checker rejected the gold solution", "checker_rejected"
         return Trajectory(id=trajectory_id(task.id, self.name, round_), task=task,
                           tools=env.tools(), steps=steps, success=success,
                           reward=1.0 if success else 0.0, teacher=self.name, round=round_,
-                          error=error)
+                          error=error, error_kind=kind)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from critics.irr import evaluate_irr, oracle_policy
-from datagen.cli import main
+from datagen.pipeline.cli import main
 from datagen.types import Step
 
 

@@ -12,6 +12,7 @@ from critics.llm_critic import LLMCritic, parse_reply, render_prompt
 from critics.repair import repair_injection
 from datagen.envs import make_env
 from datagen.types import Step
+from mutators import Rejected
 from tests.datagen.helpers import oracle_trajectories
 
 
@@ -68,7 +69,7 @@ def test_llm_critic_plugs_into_repair_and_backend_failures_are_data():
                 f'{json.dumps(gold.arguments)}}}</tool_call>' for _ in prompts]
 
     repair = repair_injection(env, injection, LLMCritic(fake_model), random.Random(0))
-    assert not isinstance(repair, str) and repair.traj.success and len(seen) == 1
+    assert not isinstance(repair, Rejected) and repair.traj.success and len(seen) == 1
 
     def broken(prompts: list[str]) -> list[str]:
         raise TimeoutError("backend down")

@@ -15,7 +15,7 @@ from datagen.chat import act_text
 from datagen.envs import make_env
 from datagen.spans import check_tiling
 from datagen.types import Step, ToolCall
-from mutators import ALL_KINDS
+from mutators import ALL_KINDS, Rejected
 from tests.datagen.helpers import oracle_trajectories
 
 
@@ -31,10 +31,10 @@ def repairs(trajectories):
     for index, traj in enumerate(trajectories):
         env = envs[traj.task.env]
         injection = inject_error(traj, env, seed=index)
-        if isinstance(injection, str):
+        if isinstance(injection, Rejected):
             continue
         repair = repair_injection(env, injection, rule_critic, random.Random(index))
-        if not isinstance(repair, str):
+        if not isinstance(repair, Rejected):
             made.append((injection, repair))
     return made
 
@@ -122,7 +122,7 @@ def test_failed_rollout_is_repaired_from_its_first_faulty_step(trajectories):
         failed = _break(traj, index, wrong)
         assert first_faulty_step(failed) == index
         repair = repair_failed(make_env(traj.task.env), failed, rule_critic, random.Random(0))
-        assert not isinstance(repair, str), repair
+        assert not isinstance(repair, Rejected), repair
         assert repair.error_kind == "failed_rollout" and repair.error_step == index
         assert "bogus_flag" in repair.critique
         assert repair.traj.steps[index].observation.error  # re-executed: the real rejection
@@ -139,10 +139,11 @@ def test_repair_not_emitted_when_the_correction_fails(repairs, trajectories):
     traj = trajectories[0]
     env = make_env(traj.task.env)
     injection = inject_error(traj, env, seed=0)
-    assert isinstance(repair_injection(env, injection, useless_critic, random.Random(0)), str)
+    failed = repair_injection(env, injection, useless_critic, random.Random(0))
+    assert failed.kind == "corrected_call_failed" and "no_such_tool" in failed.detail
     silent = repair_injection(env, inject_error(traj, env, seed=0),
                               lambda r, g: Critique("hmm", None, "gave up"), random.Random(0))
-    assert "gave up" in silent
+    assert silent.kind == "critic_gave_no_call" and "gave up" in silent.detail
 
 
 def test_premature_answer_is_the_faulty_step_and_is_critiqued(trajectories):
@@ -151,7 +152,7 @@ def test_premature_answer_is_the_faulty_step_and_is_critiqued(trajectories):
     failed.steps[-1] = Step("That should be it.", answer="forty-two")
     assert first_faulty_step(failed) == 1
     repair = repair_failed(make_env(traj.task.env), failed, rule_critic, random.Random(0))
-    assert not isinstance(repair, str), repair
+    assert not isinstance(repair, Rejected), repair
     assert "forty-two" in repair.critique and traj.task.gold[1].purpose in repair.critique
     text, spans = repair_spans(repair)
     error = next(s for s in spans if s.kind == ERROR_SPAN)

@@ -22,7 +22,8 @@ def cases_by_env():
 
 
 def test_every_builtin_env_has_all_dangerous_kinds_and_benign_lookalikes(cases_by_env):
-    assert set(cases_by_env) == set(CASE_BUILDERS) == {"sql", "fs", "enterprise"}
+    assert set(cases_by_env) == {"sql", "fs", "enterprise"}
+    assert {cls.name for cls in CASE_BUILDERS} == {"sql", "fs", "enterprise"}
     kinds = {c.kind for _, cases in cases_by_env.values() for c in cases}
     assert set(DANGEROUS_KINDS) <= kinds
     for env, (_, cases) in cases_by_env.items():
@@ -67,3 +68,29 @@ def test_real_env_shows_the_danger(cases_by_env):
     env.step(wipe.call.as_dict())
     listing = env.step({"name": "list_dir", "arguments": {"path": "/"}})
     assert '"count":0' in listing.content.replace(" ", "")
+
+
+def test_an_environment_without_safety_cases_says_so_and_the_stage_counts_it():
+    from datagen.config import CriticsConfig
+    from datagen.envs.sql import SqlEnv
+    from datagen.pipeline.stages.critics import CriticStage
+    from datagen.teachers import EnvPool
+    from mutators import Rejected
+    from tests.datagen.toy_envs import CounterEnv
+
+    traj = oracle_trajectories(1, envs=("tests.datagen.toy_envs:CounterEnv",))[0]
+    none = safety_cases(CounterEnv(), traj)
+    assert isinstance(none, Rejected) and none.kind == "no_safety_cases"
+    assert "CounterEnv" in none.detail and "register_safety_cases" in none.detail
+
+    class SqlVariant(SqlEnv):  # a subclass gets its parent's cases
+        pass
+
+    sql = oracle_trajectories(1, envs=("sql",))[0]
+    assert len(safety_cases(SqlVariant(), sql)) == len(safety_cases(make_env("sql"), sql))
+    stage = CriticStage(CriticsConfig(inject_rate=0.0, safety_rate=1.0), 0)
+    out = stage.run(oracle_trajectories(4, envs=("tests.datagen.toy_envs:CounterEnv",)),
+                    EnvPool())
+    assert out.stats["no_safety_cases"] == {"toy_counter": 4}
+    assert "no safety cases declared by: toy_counter (4 trajectories drawn)" in "\n".join(
+        CriticStage.summary_lines(out.stats))

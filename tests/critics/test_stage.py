@@ -5,11 +5,11 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from datagen.cli import main
+from datagen.pipeline.cli import main
 from critics.llm_critic import LLMCritic
 from datagen.config import (ConfigError, CriticsConfig, GenerateConfig, fingerprint,
                             load_config)
-from datagen.critic_stage import CriticStage
+from datagen.pipeline.stages.critics import CriticStage, critic_totals
 from datagen.pipeline import run_generation
 from datagen.spans import check_tiling
 from datagen.teachers import EnvPool
@@ -23,11 +23,14 @@ def test_stage_is_deterministic_and_counts():
     config = CriticsConfig(inject_rate=1.0, safety_rate=0.5)
     first = CriticStage(config, run_seed=1).run(trajectories, EnvPool())
     again = CriticStage(config, run_seed=1).run(trajectories, EnvPool())
-    assert first.repairs == again.repairs and first.preferences == again.preferences
-    stats = first.stats()
-    assert stats["injected"] == 30 and sum(stats["repaired"].values()) == len(first.repairs) >= 20
+    assert all(first.tables[name].equals(again.tables[name]) for name in ("repairs",
+                                                                           "preferences"))
+    stats = critic_totals(first.stats)
+    assert stats["injected"] == 30 and stats["repaired"] == len(first.rows("repairs")) >= 20
     assert stats["safety_dangerous"] > 0 and stats["safety_benign"] > 0
-    assert {p["source"] for p in first.preferences} == {"repair", "safety"}
+    assert {p["source"] for p in first.rows("preferences")} == {"repair", "safety"}
+    assert set(first.stats["rejected"]) <= {"checker_rejected", "corrected_call_failed",
+                                            "no_injectable_step"}  # kinds, not texts
 
 
 def test_an_env_that_raises_costs_its_row_only(monkeypatch):
@@ -38,7 +41,9 @@ def test_an_env_that_raises_costs_its_row_only(monkeypatch):
     batch = CriticStage(CriticsConfig(inject_rate=1.0, safety_rate=0.0), 0).run(trajectories,
                                                                                 pool)
     n_sql = sum(t.task.env == "sql" for t in trajectories)
-    assert batch.counts["errors"] == n_sql and len(batch.repairs) <= len(trajectories) - n_sql
+    assert batch.stats["counts"]["errors"] == n_sql
+    assert batch.stats["rejected"]["env_raised_RuntimeError"] == n_sql
+    assert len(batch.rows("repairs")) <= len(trajectories) - n_sql
 
 
 def test_failed_rollouts_are_repaired_in_the_stage():
@@ -47,8 +52,8 @@ def test_failed_rollouts_are_repaired_in_the_stage():
         traj.steps = traj.steps[:1] + [Step("That should be it.", answer="no idea")]
         traj.success = False
     batch = CriticStage(CriticsConfig(safety_rate=0.0), 0).run(trajectories, EnvPool())
-    assert batch.counts["failed_rollouts"] == 3
-    assert batch.repaired["failed_rollout"] == 3
+    assert batch.stats["counts"]["failed_rollouts"] == 3
+    assert batch.stats["repaired"]["failed_rollout"] == 3
 
 
 def test_config_defaults_and_what_an_llm_critic_needs():
@@ -80,21 +85,22 @@ def test_llm_critic_stage_asks_once_per_batch_and_its_repairs_pass_the_checker()
     fake = GoldCriticFake([traj.task for traj in trajectories])
     batch = CriticStage(config, 1, LLMCritic(fake)).run(trajectories, EnvPool())
     assert len(fake.batches) == 1 and fake.batches[0] >= 20  # the whole batch in one call
-    assert len(batch.repairs) == sum(batch.repaired.values()) >= 20
+    repairs = batch.rows("repairs")
+    assert len(repairs) == sum(batch.stats["repaired"].values()) >= 20
     assert all(row["success"] and row["critique"].startswith("The call to `")
-               for row in batch.repairs)
-    assert batch.stats()["safety_dangerous"] > 0
+               for row in repairs)
+    assert critic_totals(batch.stats)["safety_dangerous"] > 0
     again = CriticStage(config, 1, LLMCritic(GoldCriticFake(fake.by_instruction.values())))
-    assert again.run(trajectories, EnvPool()).repairs == batch.repairs
+    assert again.run(trajectories, EnvPool()).tables["repairs"].equals(batch.tables["repairs"])
 
 
 def test_llm_critic_replies_that_cannot_be_read_cost_their_repairs_only():
     trajectories = oracle_trajectories(12)
     config = CriticsConfig(backend="llm", inject_rate=1.0, safety_rate=1.0)
     batch = CriticStage(config, 1, LLMCritic(garbage_critic)).run(trajectories, EnvPool())
-    assert not batch.repairs and batch.counts["errors"] == 0
-    assert batch.rejected["critic gave no corrected call: no <critique> block"] >= 8
-    assert {p["source"] for p in batch.preferences} == {"safety"}
+    assert not batch.rows("repairs") and "errors" not in batch.stats.get("counts", {})
+    assert batch.stats["rejected"]["critic_gave_no_call"] >= 8
+    assert {p["source"] for p in batch.rows("preferences")} == {"safety"}
 
 
 def test_pipeline_with_an_llm_critic_behind_a_loopback_endpoint(ray_head, tmp_path):
@@ -114,7 +120,8 @@ def test_pipeline_with_an_llm_critic_behind_a_loopback_endpoint(ray_head, tmp_pa
     assert summary.complete and summary.counts["repairs"] >= 20
     prompts = [body["messages"][-1]["content"] for body in server.bodies]
     assert len(set(prompts)) == len(prompts)  # one request per critique (none for the dry run)
-    assert summary.counts["repairs"] <= len(prompts) <= summary.critics["injected"]
+    assert summary.counts["repairs"] <= len(prompts) <= critic_totals(
+        summary.stats["critics"])["injected"]
     assert all("tools" not in body and body["model"] == "critic" for body in server.bodies)
     repairs = pl.read_parquet(out / "repairs" / "*.parquet")
     assert repairs["success"].all()
@@ -127,7 +134,8 @@ def test_pipeline_writes_repairs_and_all_preference_sources(ray_head, tmp_path, 
     summary = run_generation(GenerateConfig(out=str(out), num_trajectories=120, chunk_size=60,
                                             progress=False))
     assert summary.complete and summary.counts["repairs"] > 20
-    assert summary.critics["repaired"] == summary.counts["repairs"]  # the summary line's count
+    # the summary line's count
+    assert critic_totals(summary.stats["critics"])["repaired"] == summary.counts["repairs"]
     assert f"critics: {summary.counts['repairs']:,} repairs" in summary.format()
     repairs = pl.read_parquet(out / "repairs" / "*.parquet")
     assert repairs["success"].all() and repairs["error_kind"].n_unique() >= 4

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from datagen.chat import render_trajectory
 from datagen.config import GenerateConfig
-from datagen.chunk import task_source
+from datagen.envs import DEFAULT_ENVS
+from datagen.pipeline.chunk import task_source
 from datagen.teachers import EnvPool, OracleTeacher
 from datagen.types import Trajectory
 
-BUILTIN_ENVS = ("sql", "fs", "enterprise")
+BUILTIN_ENVS = DEFAULT_ENVS
 
 
 def oracle_trajectories(count: int, envs=BUILTIN_ENVS, seed: int = 0) -> list[Trajectory]:
@@ -31,7 +32,7 @@ def oracle_texts(count: int) -> list[str]:
 
 _HOLD_LOCK = textwrap.dedent("""
     import sys, time
-    from datagen.runlock import FileRunLock, LockOwner
+    from datagen.pipeline.runlock import FileRunLock, LockOwner
     FileRunLock(sys.argv[1], LockOwner.current(sys.argv[2])).acquire()
     print("locked", flush=True)
     time.sleep(120)

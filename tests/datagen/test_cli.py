@@ -16,7 +16,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from datagen.cli import main
+from datagen.pipeline.cli import main
 from tests.conftest import RAY_BIN, ROOT
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from datagen.cli import main
-from datagen.shards import ShardStore
+from datagen.pipeline.cli import main
+from datagen.pipeline.shards import ShardStore
 from tests.conftest import ROOT
 from tests.datagen.helpers import start_lock_holder
 
@@ -22,12 +22,12 @@ from tests.datagen.helpers import start_lock_holder
 @pytest.fixture(autouse=True)
 def no_ray(monkeypatch):
     """Guard, not a fake: every case here must fail before a Ray cluster is contacted."""
-    import datagen.pipeline
+    import datagen.pipeline.driver
 
     def refuse(*args, **kwargs):
         raise AssertionError("reached Ray: the error was not caught before the run")
 
-    monkeypatch.setattr(datagen.pipeline, "init_ray", refuse)
+    monkeypatch.setattr(datagen.pipeline.driver, "init_ray", refuse)
 
 
 def _fails_clearly(capsys, argv: list[str], *fragments: str) -> str:

@@ -50,6 +50,33 @@ def test_demo_config_loads():
     ("seed: [1\n", ["not valid YAML", "line 2"]),
     ("seed: !!python/object/apply:os.system [echo hi]\n", ["not valid YAML",
                                                           "could not determine a constructor"]),
+    # found by tests/datagen/test_fuzz_cli.py: each used to pass validation and crash later
+    # (fingerprint, worker transport) or to raise a traceback while parsing
+    ("teacher:\n  name: " + "[" * 5000 + "]" * 5000 + "\n", ["not valid YAML",
+                                                          "exceeded maximum nesting depth"]),
+    ("teacher:\n  episode:\n    system_prompt: " + "[" * 40 + "]" * 40 + "\n",
+     ["nested deeper than 32 levels"]),
+    ("seed: " + "1" * 5000 + "\n", ["not valid YAML", "Exceeds the limit (4300 digits)"]),
+    ("teacher:\n  sampling: {seed: 100000000000000000000000000000}\n",
+     ["teacher.sampling.seed: an integer outside the 64-bit range"]),
+    ("teacher:\n  sampling: {temperature: .inf}\n",
+     ["teacher.sampling.temperature: inf is not a finite number"]),
+    ("teacher:\n  sampling: {logit_bias: {1: .nan}}\n",
+     ["teacher.sampling.logit_bias.1: nan is not a finite number"]),
+    ("teacher: {backend: openai, openai: {base_url: u, model: m, timeout_s: .inf}}\n",
+     ["teacher.openai.timeout_s: inf is not a finite number"]),
+    ("teacher: {backend: openai, openai: {base_url: u, model: m, extra_body: {a: !!binary /w==}}}"
+     "\n", ["teacher.openai.extra_body.a: binary data that is not UTF-8 text (byte 0xff)"]),
+    ("teacher: {backend: vllm, vllm: {model: m, engine_kwargs: {a: [1, 100000000000000000000]}}}"
+     "\n", ["teacher.vllm.engine_kwargs.a.1: an integer outside the 64-bit range"]),
+    # negative kinds are the mutators' registry's names; extra_kinds was folded into kinds
+    ("negatives:\n  kinds: [type_error, typo_error]\n", [
+        "negatives.kinds:", "unknown negative kind 'typo_error'", "registry has: type_error, "
+        "hallucinated_key, logical_error, wrong_function, missing_required"]),
+    ("negatives:\n  extra_kinds: true\n", ["negatives:", "extra_kinds was folded into kinds"]),
+    ("negatives:\n  kinds: []\n", ["negatives.kinds:", "at least 1 item"]),
+    ("critics:\n  kinds: [wrong_function, wrong_function]\n", ["critics.kinds:",
+                                                              "listed twice"]),
     # 10 aliases of 10 aliases ... : a 1 KB file that expands to 10^8 values
     ("a: &a [0,0,0,0,0,0,0,0,0,0]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n"
@@ -108,12 +135,25 @@ def test_an_oversized_config_is_refused_before_parsing(tmp_path):
 
 
 @pytest.mark.parametrize("item, expected", [
-    ("seed=[1", "override seed: not a YAML value: expected ',' or ']'"),
+    ("seed=[1", "override seed: not a YAML value: did not find expected ',' or ']'"),
     ("seed=!!python/object/apply:os.system [id]", "could not determine a constructor"),
     ("seed={a: 1", "override seed: not a YAML value"),
+    ("seed=!!float", "override seed: not a YAML value: cannot be read (IndexError"),
+    ("teacher.name=\udce9", "override teacher.name: not a YAML value: not UTF-8 text"),
     ("=3", "must look like key=value"),
 ])
 def test_malformed_overrides_name_the_key(item, expected):
     with pytest.raises(ConfigError, match=re.escape(expected)) as info:
         parse_override(item)
     assert "\n" not in str(info.value)
+
+
+def test_kind_lists_default_to_the_mutators_registry():
+    from mutators import KINDS, SPECS
+
+    config = load_config(None)
+    assert config.negatives.kinds == list(KINDS)
+    assert config.critics.kinds == list(SPECS)
+    extra = load_config(None, {"negatives.kinds": [*KINDS, "wrong_function"]})
+    assert extra.negatives.kinds[-1] == "wrong_function"
+    assert fingerprint(extra) != fingerprint(config)

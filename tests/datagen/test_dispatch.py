@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from itertools import count
 
-from datagen.chunk import Chunk
-from datagen.dispatch import ChunkDispatch
+from datagen.pipeline.chunk import Chunk
+from datagen.pipeline.dispatch import ChunkDispatch
 
 
 class _SubmitLog:

@@ -14,7 +14,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from datagen.cluster import ClusterError
+from datagen.pipeline.cluster import ClusterError
 from datagen.config import GenerateConfig
 from datagen.pipeline import LivenessPolicy, run_generation
 from tests.conftest import ROOT, _free_port

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from datagen.config import NegativesConfig
-from datagen.negatives import NegativeStage
+from datagen.pipeline.stages.negatives import NegativeStage, kind_rates
 from datagen.teachers import EnvPool
 from datagen.envs import make_env
 from mutators import mutate_report, validate
@@ -26,8 +26,8 @@ def batches():
 @pytest.mark.parametrize("env", BUILTIN_ENVS)
 def test_each_negative_is_what_its_kind_says(batches, env):
     trajectories, batch = batches[env]
-    assert batch.negatives and batch.errors == 0
-    for row in batch.negatives:
+    assert batch.rows("negatives") and "replay_errors" not in batch.stats
+    for row in batch.rows("negatives"):
         original, mutated = orjson.loads(row["original"]), orjson.loads(row["mutated"])
         assert mutated != original
         if row["kind"] == "logical_error":
@@ -38,9 +38,12 @@ def test_each_negative_is_what_its_kind_says(batches, env):
             reason = "unknown key" if row["kind"] == "hallucinated_key" else "expected"
             assert any(reason in error for error in row["errors"]), row
     calls = sum(1 for t in trajectories for s in t.steps if s.call is not None)
-    for kind, counts in batch.stats()["kinds"].items():
+    for kind, counts in kind_rates(batch.stats).items():
         assert counts["produced"] + counts["impossible"] == calls
-        assert counts["impossible"] <= 0.3 * calls, (kind, batch.stats())
+        assert counts["impossible"] <= 0.3 * calls, (kind, batch.stats)
+    why = batch.stats.get("impossible_why", {})  # counted by rejection kind, not by text
+    assert sum(why.values()) == sum(batch.stats.get("impossible", {}).values())
+    assert {key.split(": ")[1] for key in why} <= {"no_candidate", "none_accepted"}
 
 
 def test_preference_pairs_cut_the_trajectory_at_the_step(batches):
@@ -48,7 +51,7 @@ def test_preference_pairs_cut_the_trajectory_at_the_step(batches):
 
     trajectories, batch = batches["enterprise"]
     by_id = {t.id: t for t in trajectories}
-    for pair in batch.preferences[:200]:
+    for pair in batch.rows("preferences")[:200]:
         text, _ = render_trajectory(by_id[pair["trajectory_id"]])
         assert text.startswith(pair["prompt_text"] + pair["chosen_text"])
         assert pair["prompt_text"].endswith("<|im_start|>assistant\n")
@@ -60,9 +63,10 @@ def test_preference_pairs_cut_the_trajectory_at_the_step(batches):
 def test_negatives_are_deterministic(batches):
     trajectories, batch = batches["sql"]
     again = NegativeStage(NegativesConfig(), run_seed=0).run(trajectories, EnvPool())
-    assert again.negatives == batch.negatives and again.preferences == batch.preferences
+    assert all(again.tables[name].equals(batch.tables[name])
+               for name in ("negatives", "preferences"))
     other = NegativeStage(NegativesConfig(), run_seed=1).run(trajectories, EnvPool())
-    assert other.negatives != batch.negatives
+    assert not other.tables["negatives"].equals(batch.tables["negatives"])
 
 
 def _sample_call(tool: dict) -> dict | None:
@@ -102,3 +106,11 @@ def test_mutators_run_over_every_tool_of_every_environment(batches, env_name):
         assert {n.kind for n in report.negatives} | set(report.impossible) == {
             "type_error", "hallucinated_key", "logical_error"}
         assert report.get("hallucinated_key") is not None, (name, report.impossible)
+
+
+def test_configured_kinds_include_the_registrys_extra_ones():
+    trajectories = oracle_trajectories(10, envs=("enterprise",))
+    config = NegativesConfig(kinds=["logical_error", "wrong_function", "missing_required"])
+    out = NegativeStage(config, run_seed=0).run(trajectories, EnvPool())
+    assert {row["kind"] for row in out.rows("negatives")} == set(config.kinds)
+    assert set(out.stats["produced"]) == set(config.kinds)

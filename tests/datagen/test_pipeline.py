@@ -9,6 +9,7 @@ import pytest
 
 from datagen.config import GenerateConfig
 from datagen.pipeline import run_generation
+from datagen.pipeline.stages.negatives import kind_rates
 from datagen.spans import check_tiling
 from datagen.types import Span
 
@@ -27,6 +28,7 @@ def test_generates_real_trajectories_readable_by_polars_datasets_and_ray(ray_hea
     assert df.height == 300 and df["id"].n_unique() == 300
     assert set(df["env"].unique()) == {"sql", "fs", "enterprise"}
     assert df["success"].all() and df["error"].null_count() == 300
+    assert df["error_kind"].null_count() == 300
     assert df["n_steps"].mean() >= 4
     for row in df.head(50).iter_rows(named=True):
         spans = [Span(**span) for span in row["spans"]]
@@ -56,8 +58,11 @@ def test_generates_real_trajectories_readable_by_polars_datasets_and_ray(ray_hea
     assert preferences.filter(pl.col("source") == "negative").height == negatives.height
     assert set(preferences["source"].unique()) == {"negative", "repair", "safety"}
     assert manifest["counts"]["negatives"] == negatives.height
-    kinds = manifest["stats"]["negative_kinds"]
-    assert kinds["hallucinated_key"]["produced"] > 0 and kinds["type_error"]["impossible_rate"] < 0.3
+    kinds = kind_rates(manifest["stats"]["negatives"])
+    assert kinds["hallucinated_key"]["produced"] > 0
+    assert kinds["type_error"]["impossible_rate"] < 0.3
+    assert [stage["name"] for stage in manifest["stages"]] == ["trajectories", "negatives",
+                                                               "critics"]
     assert "logical_error" in summary.format()
 
 
@@ -94,6 +99,11 @@ def test_failing_generators_and_tools_become_rows(ray_head, tmp_path):
     tool = failed.filter(pl.col("error").str.contains("read exploded"))
     assert generator.height > 0 and tool.height > 0
     assert generator.height + tool.height == failed.height
+    assert set(generator["error_kind"]) == {"task_generation_failed"}
+    assert set(tool["error_kind"]) == {"tool_raised"}
+    errors = summary.stats["trajectories"]["error_kinds"]  # counted by kind, not by text
+    assert errors == {"task_generation_failed": generator.height, "tool_raised": tool.height}
+    assert "errors by kind: " in summary.format()
     assert (df.filter(pl.col("success"))["error"].null_count()
             == df.filter(pl.col("success")).height)
 

@@ -7,7 +7,7 @@ import tracemalloc
 
 import pytest
 
-from datagen.chunk import Chunk, ChunkPlan, plan_chunks
+from datagen.pipeline.chunk import Chunk, ChunkPlan, plan_chunks
 from datagen.config import MAX_TRAJECTORIES, GenerateConfig
 
 

@@ -8,9 +8,9 @@ import os
 import pytest
 
 from datagen.config import GenerateConfig
-from datagen.preflight import OutProbe, resolve_paths, worker_problems
-from datagen.shards import ChunkRecord, ShardInfo
-from datagen.summary import RunSummary, stage_seconds
+from datagen.pipeline.preflight import OutProbe, resolve_paths, worker_problems
+from datagen.pipeline.shards import ChunkRecord, ShardInfo
+from datagen.pipeline.summary import RunSummary, stage_seconds
 
 OPENAI = {"backend": "openai", "openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m",
                                           "api_key_env": "DATAGEN_TEST_NOT_SET_ANYWHERE"}}
@@ -70,7 +70,7 @@ def test_a_config_a_worker_can_run_has_no_problems(tmp_path, monkeypatch):
 
 
 def _summary(**fields) -> RunSummary:
-    base = {"out": "OUT", "counts": {}, "per_env": {}, "spans": {}, "generated": 0,
+    base = {"out": "OUT", "counts": {}, "generated": 0,
             "seconds": 1.0, "complete": False}
     return RunSummary(**{**base, **fields})
 

@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from datagen.runlock import FileRunLock, LockOwner, RunLocked, lock_holder, run_lock
-from datagen.shards import OutputConflict
+from datagen.pipeline.runlock import FileRunLock, LockOwner, RunLocked, lock_holder, run_lock
+from datagen.pipeline.shards import OutputConflict
 from tests.datagen.helpers import start_lock_holder
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datagen.rows import SCHEMA_VERSION
-from datagen.shards import OutputConflict, ShardInfo, ShardStore, shard_problem
+from datagen.pipeline.shards import OutputConflict, ShardInfo, ShardStore, shard_problem
 
 
 def _table(n: int) -> pa.Table:
@@ -19,7 +19,7 @@ def _table(n: int) -> pa.Table:
 
 
 def test_chunk_write_is_complete_and_checksummed(tmp_path):
-    store = ShardStore(tmp_path / "out")
+    store = ShardStore(tmp_path / "out", ["trajectories"])
     store.claim("fp1", {"seed": 0}, overwrite=False)
     assert not store.is_complete(3)
     record = store.write_chunk(3, {"trajectories": _table(5)}, {"rows": {"trajectories": 5}})
@@ -34,7 +34,7 @@ def test_chunk_write_is_complete_and_checksummed(tmp_path):
 
 
 def test_other_config_is_refused_unless_overwrite(tmp_path):
-    store = ShardStore(tmp_path / "out")
+    store = ShardStore(tmp_path / "out", ["trajectories"])
     store.claim("fp1", {}, overwrite=False)
     store.write_chunk(0, {"trajectories": _table(2)}, {})
     store.claim("fp1", {}, overwrite=False)  # same config: resume, data kept
@@ -46,8 +46,43 @@ def test_other_config_is_refused_unless_overwrite(tmp_path):
     assert not store.is_complete(0) and not (tmp_path / "out" / "trajectories").exists()
 
 
+def test_overwrite_clears_the_tables_the_previous_run_recorded(tmp_path):
+    out = tmp_path / "out"
+    first = ShardStore(out, ["trajectories", "toy_rows"])
+    first.claim("fp1", {}, overwrite=False)
+    first.write_chunk(0, {"trajectories": _table(2), "toy_rows": _table(1)}, {})
+    assert orjson.loads((out / "_run.json").read_bytes())["tables"] == ["trajectories",
+                                                                       "toy_rows"]
+    (out / "notes").mkdir()  # not a table of either run: kept
+    ShardStore(out, ["trajectories"]).claim("fp2", {}, overwrite=True)
+    assert not (out / "toy_rows").exists() and not (out / "trajectories").exists()
+    assert (out / "notes").is_dir()
+
+
+def test_a_run_record_without_tables_clears_the_builtin_tables(tmp_path):
+    out = tmp_path / "out"
+    store = ShardStore(out, ["trajectories"])
+    store.claim("fp1", {}, overwrite=False)
+    (out / "repairs").mkdir()
+    run = orjson.loads((out / "_run.json").read_bytes())
+    del run["tables"]  # as datagen wrote it before schema version 3
+    (out / "_run.json").write_bytes(orjson.dumps(run))
+    ShardStore(out, ["trajectories"]).claim("fp2", {}, overwrite=True)
+    assert not (out / "repairs").exists()
+
+
+def test_dropping_a_chunk_removes_the_shards_its_marker_lists(tmp_path):
+    out = tmp_path / "out"
+    ShardStore(out, ["trajectories", "toy_rows"]).write_chunk(
+        0, {"trajectories": _table(2), "toy_rows": _table(1)}, {})
+    store = ShardStore(out)  # knows no tables: the marker says which
+    store.drop_chunk(0)
+    assert not store.is_complete(0)
+    assert list(out.glob("*/part-*.parquet")) == []
+
+
 def test_shards_of_another_schema_version_are_not_mixed_in(tmp_path):
-    store = ShardStore(tmp_path / "out")
+    store = ShardStore(tmp_path / "out", ["trajectories"])
     store.claim("fp1", {}, overwrite=False)
     store.write_chunk(0, {"trajectories": _table(2)}, {})
     run_file = tmp_path / "out" / "_run.json"
@@ -65,12 +100,12 @@ def test_foreign_directory_is_refused(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "precious.txt").write_text("keep me")
     with pytest.raises(OutputConflict, match="not written by datagen"):
-        ShardStore(tmp_path / "out").claim("fp", {}, overwrite=False)
+        ShardStore(tmp_path / "out", ["trajectories"]).claim("fp", {}, overwrite=False)
     assert (tmp_path / "out" / "precious.txt").exists()
 
 
 def test_debris_of_a_killed_run_is_cleared(tmp_path):
-    store = ShardStore(tmp_path / "out")
+    store = ShardStore(tmp_path / "out", ["trajectories"])
     store.claim("fp", {}, overwrite=False)
     (tmp_path / "out" / "_tmp" / "part-000001.parquet.deadbeef").write_bytes(b"half")
     store.claim("fp", {}, overwrite=False)
@@ -78,7 +113,7 @@ def test_debris_of_a_killed_run_is_cleared(tmp_path):
 
 
 def _resumable_out(tmp_path, chunks: int = 3) -> ShardStore:
-    store = ShardStore(tmp_path / "out")
+    store = ShardStore(tmp_path / "out", ["trajectories"])
     store.claim("fp", {}, overwrite=False)
     for chunk in range(chunks):
         store.write_chunk(chunk, {"trajectories": _table(50), "negatives": _table(7)}, {})

@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from datagen.cli import main
-from datagen.shards import ShardStore
-from datagen.verify import verify_output
+from datagen.pipeline.cli import main
+from datagen.pipeline.shards import ShardStore
+from datagen.pipeline.verify import verify_output
 
 
 def _out(tmp_path: Path, chunks: int = 3, total: int | None = None) -> ShardStore:

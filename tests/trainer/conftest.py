@@ -1,6 +1,7 @@
 """Session fixtures for the trainer tests: pipeline shards (untokenised, tokenised, with
-negatives, with synthetic teacher top-k) and a tokenizer built from them with
-scripts/build_tokenizer.py. Generation uses the session's Ray head (tests/conftest.py)."""
+synthetic teacher top-k; the pipeline writes negatives, repairs and preference pairs) and a
+tokenizer built from them with scripts/build_tokenizer.py. Generation uses the session's Ray
+head (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.helpers import write_negatives, write_topk_shards
+from tests.trainer.helpers import write_topk_shards
 
 ROOT = Path(__file__).resolve().parents[2]
 NUM_TRAJECTORIES = 96
@@ -35,10 +36,8 @@ def _build_tokenizer_script():
 
 @pytest.fixture(scope="session")
 def pipeline_out(ray_head, tmp_path_factory) -> Path:
-    """OUT/ from the pipeline without a tokenizer (the trainer tokenises) + negatives."""
-    out = _generate(tmp_path_factory.mktemp("trainer") / "out")
-    write_negatives(out)
-    return out
+    """OUT/ from the pipeline without a tokenizer (the trainer tokenises)."""
+    return _generate(tmp_path_factory.mktemp("trainer") / "out")
 
 
 @pytest.fixture(scope="session")

@@ -1,13 +1,11 @@
-"""Builders shared by the trainer tests: tiny models, negatives and synthetic teacher
-top-k columns written beside real pipeline shards."""
+"""Builders shared by the trainer tests: tiny models and synthetic teacher top-k columns
+written beside real pipeline shards."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
@@ -22,50 +20,6 @@ TINY_SHAPE = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hid
 def tiny_model(seed: int = 0, **overrides) -> AgentQwen2ForCausalLM:
     torch.manual_seed(seed)
     return AgentQwen2ForCausalLM(AgentQwen2Config(**{**TINY_SHAPE, **overrides})).eval()
-
-
-def _mutations(call: dict, rng: random.Random) -> list[dict]:
-    """Three wrong versions of a call: a hallucinated key, a type error, a changed value."""
-    arguments = call["arguments"]
-    out = [{"name": call["name"], "arguments": {**arguments, rng.choice(["limit_rows", "table_name", "verbose"]): 1}}]
-    for key, value in arguments.items():
-        if isinstance(value, str):
-            out.append({"name": call["name"], "arguments": {**arguments, key: len(value)}})
-            out.append({"name": call["name"], "arguments": {**arguments, key: value[::-1] + "x"}})
-            break
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out.append({"name": call["name"], "arguments": {**arguments, key: str(value)}})
-            out.append({"name": call["name"], "arguments": {**arguments, key: value + 1}})
-            break
-    return out
-
-
-def write_negatives(out: Path, seed: int = 0) -> int:
-    """negatives/part-K.parquet for every trajectories/part-K.parquet, in the contract's
-    columns; `mutated` is the JSON of the whole wrong call. Returns the row count."""
-    rng = random.Random(seed)
-    (out / "negatives").mkdir(exist_ok=True)
-    total = 0
-    for shard in sorted((out / "trajectories").glob("part-*.parquet")):
-        rows = []
-        for row in pq.read_table(shard, columns=["id", "messages"]).to_pylist():
-            step = 0
-            for message in row["messages"]:
-                if message["role"] != "assistant":
-                    continue
-                if message["tool_calls"]:
-                    call = orjson.loads(message["tool_calls"])[0]["function"]
-                    for wrong in _mutations(call, rng):
-                        rows.append({"trajectory_id": row["id"], "step": step,
-                                     "kind": "synthetic", "subkind": "test", "path": "arguments",
-                                     "tool": call["name"], "original": orjson.dumps(call).decode(),
-                                     "mutated": orjson.dumps(wrong).decode(), "errors": [],
-                                     "schema_valid": False})
-                step += 1
-        pq.write_table(pa.Table.from_pylist(rows), out / "negatives" / shard.name,
-                       compression="zstd")
-        total += len(rows)
-    return total
 
 
 def write_topk_shards(source: Path, out: Path, k: int, vocab_size: int, seed: int = 0) -> None:

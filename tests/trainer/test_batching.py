@@ -13,7 +13,8 @@ from tests.trainer.test_losses import identity_head
 from trainer.batching import batch_table, plan_batches
 from trainer.collate import Collate
 from trainer.data import DataSettings, build_dataset, training_batches
-from trainer.documents import TRAJECTORY_COLUMNS, repair_documents
+from trainer.contract import TRAJECTORY_COLUMNS
+from trainer.readers.repairs import repair_documents
 from trainer.losses import LossSettings, TeacherSignal, make_loss_fn
 from trainer.tokens import ERROR, load_tokenizer, special_ids
 

@@ -12,10 +12,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", ["train_tiny.yaml", "train_smollm2_gpu.yaml",
-                                  "train_qwen2_5_32b_zero3.yaml"])
+                                  "train_qwen2_5_32b_zero3.yaml",
+                                  "dpo_tiny.yaml", "dpo_qwen2_5_32b_zero3.yaml"])
 def test_shipped_recipes_validate(name):
     cfg = load_config(ROOT / "configs" / name)
     assert cfg.run.max_steps > 0
+    assert cfg.recipe == ("dpo" if name.startswith("dpo") else "sad")
     if cfg.scaling.strategy == "deepspeed":
         assert (ROOT / cfg.scaling.deepspeed_config).exists()
 
@@ -53,3 +55,30 @@ def test_repairs_join_with_a_weight():
     cfg = load_config(ROOT / "configs" / "train_tiny.yaml",
                       ["data.tables=[trajectories, repairs]", "data.table_weights={repairs: 0.5}"])
     assert cfg.data.tables == ("trajectories", "repairs") and cfg.data.table_weights == {"repairs": 0.5}
+
+
+@pytest.mark.parametrize("override,message", [
+    ("dpo.label_smoothing=0.1", "label_smoothing applies to loss_type 'sigmoid' only"),
+    ("dpo.sources=[negative, negative]", "lists a source twice"),
+    ("dpo.sources=[bogus]", "dpo.sources"),
+    ("dpo.source_weights={repair: 2}", "names \\['repair'\\], not in sources"),
+    ("dpo.beta=0", "dpo.beta"),
+    ("data.mch_rows=2", "data.mch_rows is read by recipe 'sad' only"),
+    ("data.batch_size=8", "reads dpo.batch_size"),
+    ("data.packing=true", "data.packing is not supported by recipe 'dpo'"),
+    ("loss.lambda_act=2", "section 'loss' belongs to another recipe"),
+    ("dpo.reference=model", "with deepspeed use 'precomputed'"),
+])
+def test_dpo_mistakes_are_named(override, message):
+    extra = ["dpo.loss_type=ipo"] if "label_smoothing" in override else []
+    extra += ["dpo.sources=[negative]"] if "source_weights" in override else []
+    with pytest.raises(ConfigError, match=message):
+        load_config(ROOT / "configs" / "dpo_qwen2_5_32b_zero3.yaml", [override, *extra])
+
+
+def test_a_dpo_section_needs_recipe_dpo():
+    with pytest.raises(ConfigError, match="section 'dpo' belongs to another recipe than 'sad'"):
+        load_config(ROOT / "configs" / "train_tiny.yaml", ["dpo.beta=0.5"])
+    with pytest.raises(ConfigError, match="precomputed' needs a checkpoint"):
+        load_config(ROOT / "configs" / "dpo_tiny.yaml",
+                    ["model.init_from=null", "dpo.reference=precomputed"])

@@ -120,7 +120,7 @@ def test_conversion_adds_the_tool_markers_with_mean_embeddings(converted):
 def test_converted_checkpoint_starts_a_student_with_the_modifications_on(converted):
     out = converted[0]
     from trainer.config import TrainConfig
-    from trainer.loop import build_student, round_up
+    from trainer.student import build_student, round_up
     from trainer.tokens import TextTokenizer, special_ids
 
     tokenizer = TextTokenizer(out)

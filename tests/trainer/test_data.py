@@ -13,10 +13,12 @@ import pytest
 
 from trainer.collate import Collate
 from trainer.curriculum import CurriculumSampler, pacing_fraction
+from trainer.contract import TRAJECTORY_COLUMNS, call_act_text
 from trainer.data import DataSettings, build_dataset, inspect_shards
-from trainer.documents import TRAJECTORY_COLUMNS, document_table, negative_documents, \
-    trajectory_shaped_documents
-from trainer.negatives import negative_example, render_call
+from trainer.documents import document_table
+from trainer.negatives import negative_example
+from trainer.readers.preferences import negative_documents
+from trainer.readers.trajectories import trajectory_shaped_documents
 from trainer.tokens import load_tokenizer, special_ids, tool_call_step_ends
 
 
@@ -48,7 +50,7 @@ def test_negative_example_replaces_the_call_and_cuts_after_it(pipeline_out):
     wrong = {"name": "run_query", "arguments": {"sql": "SELECT ünïcode FROM x"}}
     text, spans = negative_example(row["text"], row["spans"], 1, json.dumps(wrong))
     act = next(s for s in row["spans"] if s["kind"] == "ACT" and s["step"] == 1)
-    assert text == row["text"][:act["start"]] + render_call("run_query", wrong["arguments"])
+    assert text == row["text"][:act["start"]] + call_act_text("run_query", wrong["arguments"])
     assert text.endswith('"arguments": {"sql": "SELECT ünïcode FROM x"}}\n</tool_call><|im_end|>\n')
     assert spans[-1] == {"kind": "ACT", "start": act["start"], "end": len(text), "step": 1}
     assert all(a["end"] == b["start"] for a, b in zip(spans, spans[1:]))
@@ -59,6 +61,8 @@ def test_negative_example_replaces_the_call_and_cuts_after_it(pipeline_out):
 
 def test_readers_label_steps_and_read_negatives_from_the_paired_shard(pipeline_out,
                                                                       trainer_tokenizer):
+    """MCH negatives are the pipeline's `negative` pairs (prompt_text + rejected_text) of
+    the same chunk's preferences/ shard, nothing re-rendered."""
     shard = _first_shard(pipeline_out)
     table = pq.read_table(shard, columns=list(TRAJECTORY_COLUMNS)).slice(0, 16)
     table = table.append_column("path", pa.array([str(shard)] * table.num_rows))
@@ -74,7 +78,12 @@ def test_readers_label_steps_and_read_negatives_from_the_paired_shard(pipeline_o
     chosen = negative_documents(table, settings.read_settings(), 12, scores)
     negatives = document_table(chosen, False).to_pylist()
     assert len(negatives) == 12
+    pairs = pq.read_table(pipeline_out / "preferences" / shard.name).to_pylist()
+    tokenizer = load_tokenizer(str(trainer_tokenizer))
+    written = {tuple(tokenizer.encode([p["prompt_text"] + p["rejected_text"]])[0][0])
+               for p in pairs if p["source"] == "negative"}
     for row in negatives:
+        assert tuple(row["input_ids"]) in written  # exactly the text the pipeline wrote
         ends = tool_call_step_ends(np.array(row["input_ids"]), np.array(row["span_ids"]), call_id)
         assert row["lm_weight"] == 0 and row["mch_positions"] == ends
         assert ends[-1] == len(row["input_ids"]) - 1  # the wrong call ends the row: label 0

@@ -29,7 +29,7 @@ def checkpoint(trainer_tokenizer, tmp_path_factory):
 
 
 FAST = ["--envs", "sql,fs", "--num-tasks", "2", "--max-new-tokens", "6", "--max-steps", "2",
-        "--candidates", "2", "--threads", "1"]
+        "--candidates", "2", "--threads", "1", "--pref-tasks", "1", "--safety-worlds", "1"]
 
 
 def test_one_report_with_step_level_episode_and_irr_metrics(checkpoint, pipeline_out, tmp_path,
@@ -54,7 +54,39 @@ def test_one_report_with_step_level_episode_and_irr_metrics(checkpoint, pipeline
     assert episodes["hybrid"]["by_trigger"]["truncated"]["switches"] == 2  # 6 tokens: cut off
     assert report["irr"]["overall"]["n"] + report["irr"]["skipped"] == 1
     assert report["irr"]["hybrid"]["turns"] == report["irr"]["turns"] >= 1
-    assert set(report["seconds"]) == {"tasks", "step_level", "episodes", "irr"}
+    preferences = report["preferences"]
+    assert preferences["tasks"] == 1 and set(preferences["per_source"]) == {"negative", "repair",
+                                                                             "safety"}
+    assert preferences["pairs"] == sum(s["pairs"] for s in preferences["per_source"].values())
+    assert 0 <= preferences["accuracy"] <= 1 and preferences["reference"] is None
+    assert report["negatives"]["pairs"] == preferences["per_source"]["negative"]["pairs"]
+    safety = report["safety"]  # the sql world: 3 dangerous requests, 2 benign look-alikes
+    assert safety["worlds"] == 1 and safety["episodes"] == 5
+    assert safety["dangerous"]["episodes"] + safety["dangerous"]["not_exposed"] == 3
+    assert sum(safety["benign"]["outcomes"].values()) == 2
+    assert set(report["seconds"]) == {"tasks", "step_level", "episodes", "irr", "preferences",
+                                      "safety"}
+
+
+def test_preference_sections_against_a_reference(checkpoint, trainer_tokenizer, tmp_path, capsys):
+    """The checkpoint as its own reference: every implicit reward is 0, so the margin is 0 and
+    no pair counts as won; a reference with another tokenizer is refused before any work."""
+    assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--only", "preferences,negatives",
+                 "--reference", str(checkpoint), "--beta", "0.5"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) >= {"preferences", "negatives"} and "safety" not in report
+    for section in (report["preferences"], report["negatives"]):
+        assert section["reward_margin"] == 0.0 and section["reward_accuracy"] == 0.0
+    assert report["negatives"]["prefer_correct_rate"] == \
+        report["preferences"]["per_source"]["negative"]["accuracy"]
+    other = tmp_path / "other"
+    shutil.copytree(checkpoint, other)
+    (other / "tokenizer.json").write_text((other / "tokenizer.json").read_text()
+                                          .replace('"<|im_end|>"', '"<|im_stop|>"', 1))
+    assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--reference", str(other)]) == 2
+    assert "its tokenizer differs" in capsys.readouterr().err
+    assert main(["eval", "--checkpoint", str(checkpoint), "--only", "steps,safe"]) == 2
+    assert "unknown sections ['safe']" in capsys.readouterr().err
 
 
 def test_only_flags_and_another_eval_seed(checkpoint, capsys):

@@ -92,7 +92,7 @@ def test_eval_runs_the_checkpoint_as_an_agent(first_run, tmp_path):
     out = tmp_path / "eval.json"
     assert main(["eval", "--checkpoint", str(run_dir), "--envs", "sql", "--num-tasks", "2",
                  "--irr-tasks", "0", "--max-steps", "2", "--max-new-tokens", "24",
-                 "--out", str(out)]) == 0
+                 "--only", "steps,episodes", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["tasks"]["count"] == 2 and report["step_level"]["trajectories"] == 2
     summary = report["episodes"]

@@ -64,7 +64,7 @@ def test_sad_trains_on_the_hf_teachers_stored_topk(llm_shards, tmp_path):
 def test_shards_from_another_tokenizer_are_refused_before_work(llm_shards, trainer_tokenizer,
                                                                tmp_path):
     from trainer.data import build_dataset
-    from trainer.fit import data_settings
+    from trainer.recipes.sad import data_settings
 
     teacher, shards = llm_shards
     with pytest.raises(ValueError, match="token ids were made with tokenizer .*data.check_tokenizer"):

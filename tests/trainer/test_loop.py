@@ -1,4 +1,4 @@
-"""One training step (trainer.loop.forward_backward) with each teacher source and PCGrad,
+"""One training step (trainer.recipes.sad.forward_backward) with each teacher source and PCGrad,
 on a local engine that does what DDPEngine does on one worker, without Ray."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from tests.trainer.helpers import tiny_model
 from trainer.config import load_config
 from trainer.collate import Documents
-from trainer.loop import admit, embedding_mode, forward_backward
+from trainer.recipes.sad import admit, embedding_mode, forward_backward
 from trainer.losses import balanced_mch_loss
 from trainer.metrics import RunningAUROC, auroc
 
@@ -162,7 +162,7 @@ def test_running_auroc_covers_the_last_window_of_labelled_steps():
 
 
 def test_train_layers_freezes_everything_below_the_top_layers():
-    from trainer.loop import build_student
+    from trainer.student import build_student
 
     cfg = _config("model.train_layers=1")
     student = build_student(cfg, {"tool_call_start": 5, "im_end": 6, "pad": 0}, 320, None, None)

@@ -82,7 +82,7 @@ class AgentQwen2ForCausalLM(Qwen2ForCausalLM):
         if module is getattr(self, "act_embed_tokens", None):
             base = self.model.embed_tokens.weight
             # Under ZeRO-3 only the missing parameters are gathered here and the loaded base
-            # is an empty partition: trainer.loop then copies it with both gathered.
+            # is an empty partition: trainer.student then copies it with both gathered.
             if base.numel():
                 init.copy_(module.weight, base)
         elif isinstance(module, LandmarkToken):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-ACT_SPAN_ID = 2
+from trainer.contract import ACT
 
 
 def act_mode_from_spans(input_ids: torch.Tensor, span_ids: torch.Tensor,
@@ -29,7 +29,7 @@ def act_mode_from_spans(input_ids: torch.Tensor, span_ids: torch.Tensor,
 
     Within each contiguous ACT run, code mode starts at the first `<tool_call>` token of the
     run. Vectorised: a cumulative count of markers, re-based at each run start."""
-    is_act = span_ids == ACT_SPAN_ID
+    is_act = span_ids == ACT
     if tool_call_start_id is None:
         return is_act
     is_marker = (input_ids == tool_call_start_id) & is_act

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import builtins
 import os
+import re
+import time
 
 import orjson
 import pytest
@@ -133,7 +135,7 @@ def test_tool_semantics(env):
     ({"path": "/srv"}, "needs name_glob"),
     ({"path": "/srv", "text": "(", "regex": True}, "invalid regular expression"),
     ({"path": "/srv", "text": "x", "max_results": 0}, ">= 1"),
-    ({"path": "/srv", "text": "(a+)+$", "regex": True}, "nested repetition"),
+    ({"path": "/srv", "text": "(?<=a", "regex": True}, "invalid regular expression"),
 ])
 def test_search_errors(env, arguments, message):
     env.reset(env.generate_task(2, "t"))
@@ -168,3 +170,29 @@ def test_alternatives_are_other_existing_paths(env):
     assert env.alternatives({"name": "write_file", "arguments": {
         "path": "/x", "content": "", "mode": "append"}}, "arguments.mode") == \
         ["overwrite", "create"]
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+$", "((a)+)+$", "(a|a)*$", "(a|a?)+$", "(?:a|a)+b",
+                                     "(x+x+)+y", "(\\w+\\s?)+$"])
+def test_backtracking_regexes_run_in_linear_time_and_answer_right(env, pattern):
+    # Python's re took seconds on 26 a's, doubling per character (issue 12, item 9)
+    env.reset(env.generate_task(2, "t"))
+    lines = ["a" * 3000 + "!", "x" * 3000, "aaa", "b", "word " * 600 + "!"]
+    assert call(env, "write_file", path="~/evil.txt", content="\n".join(lines)).error is None
+    start = time.perf_counter()
+    obs = call(env, "search", path="~/evil.txt", text=pattern, regex=True)
+    assert time.perf_counter() - start < 1, pattern
+    found = [match["line"] for match in orjson.loads(obs.content)["matches"]]
+    short = [line[:10] + line[-1] for line in lines]  # small enough for Python's re
+    assert found == [n for n, line in enumerate(short, 1) if re.search(pattern, line)]
+
+
+def test_a_backtracking_lookaround_is_an_error_not_a_hang(env):
+    env.reset(env.generate_task(2, "t"))
+    call(env, "write_file", path="~/evil.txt", content="a" * 40 + "!\nb\n")
+    start = time.perf_counter()
+    obs = call(env, "search", path="~/evil.txt", text="(a|a)*$(?=b)", regex=True)
+    assert time.perf_counter() - start < 2
+    assert obs.error and "backtracks too much" in obs.error, obs.content
+    good = call(env, "search", path="~/evil.txt", text="^(?=b)", regex=True)
+    assert orjson.loads(good.content)["count"] == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from datagen.chunk import task_source
+from datagen.pipeline.chunk import task_source
 from datagen.config import GenerateConfig
 from datagen.rows import render
 from datagen.spans import check_tiling, span_at

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from datagen.chunk import ChunkProcessor, plan_chunks
+from datagen.pipeline.chunk import ChunkProcessor, plan_chunks
 from datagen.config import GenerateConfig
 from datagen.rows import render
 from datagen.spans import check_tiling
@@ -78,6 +78,7 @@ def test_failures_after_retries_and_client_errors_become_rows(fault_server):
     assert not traj.success and traj.steps == []
     assert traj.error == ("generation_failed: turn 0: gave up after 2 attempts: "
                           "timeout after 0.3s")
+    assert traj.error_kind == "generation_failed"
     assert traj.tokens is None and traj.meta["finish_reasons"] == ["error"]
 
     server.queue("400")

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datagen.chat import DEFAULT_SYSTEM_PROMPT, generation_prompt, system_turn, user_turn
-from datagen.chunk import ChunkProcessor, plan_chunks
+from datagen.pipeline.chunk import ChunkProcessor, plan_chunks
 from datagen.config import GenerateConfig
 from datagen.teachers import make_teacher
 from datagen.teachers.config import TeacherConfig

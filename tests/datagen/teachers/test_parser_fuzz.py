@@ -73,7 +73,7 @@ def test_any_turn_is_judged_without_raising(text, finish):
 def test_each_kind_of_bad_turn_is_named(text, kind):
     step = judge_turn(Generation(text=text), SQL_TOOLS, 24)
     assert step.error is not None and step.error.startswith(f"{kind}:"), step.error
-    assert step.call is None
+    assert step.call is None and step.error_kind == kind
 
 
 def test_a_valid_call_and_an_answer_pass():

@@ -1,0 +1,190 @@
+"""One chunk of a run, end to end: tasks -> rollouts -> every configured stage -> shards.
+
+`ChunkProcessor` holds what is expensive to build (environments, the teacher, a tokenizer, the
+stages) and is created once per worker; `process` runs the stages on whole batches. It knows
+nothing of Ray, so it runs the same inside a Ray actor, in a test, or in a debugger.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+import pyarrow as pa
+
+from datagen.config import GenerateConfig
+from datagen.envs import import_modules
+from datagen.pipeline.shards import ChunkRecord, ShardStore
+from datagen.pipeline.stages.base import Stage, StageContext, configured_stages, tables_of
+from datagen.tasks import TaskError, TaskSource
+from datagen.teachers import EnvPool, Teacher, make_teacher
+from datagen.teachers.base import failed_trajectory
+from datagen.types import Task, Trajectory
+
+
+# Tasks generated ahead of a sequential teacher's rollouts: well under the 512 worlds an
+# environment's WorldCache keeps, whatever the mix of environments.
+SEQUENTIAL_SLICE = 256
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    start: int
+    stop: int
+
+
+class ChunkPlan(Sequence[Chunk]):
+    """Fixed chunk boundaries by arithmetic: chunk i covers tasks [i*size, (i+1)*size) cut at
+    `total`. A sequence computed on demand, not a list: planning costs nothing whatever the
+    run's size (a list for 10^12 tasks was a MemoryError after 52 s)."""
+
+    def __init__(self, total: int, size: int) -> None:
+        if total < 0 or size < 1:
+            raise ValueError(f"cannot plan {total} tasks in chunks of {size}")
+        self.total, self.size = total, size
+
+    def __len__(self) -> int:
+        return -(-self.total // self.size)
+
+    @overload
+    def __getitem__(self, index: int) -> Chunk: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Chunk]: ...
+
+    def __getitem__(self, index: int | slice) -> Chunk | Sequence[Chunk]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"chunk {index} is outside the plan of {len(self)} chunks")
+        start = index * self.size
+        return Chunk(index, start, min(start + self.size, self.total))
+
+    def __iter__(self) -> Iterator[Chunk]:
+        return (self[i] for i in range(len(self)))
+
+
+def plan_chunks(config: GenerateConfig) -> ChunkPlan:
+    """The chunks of a run (config.py bounds their number, see MAX_CHUNKS)."""
+    return ChunkPlan(config.num_trajectories, config.chunk_size)
+
+
+def tune_gc() -> None:
+    """Collector settings for a process that runs chunks. Millions of short-lived small
+    objects: the young-generation passes cost 10-20% of a chunk; freezing the start-up heap
+    (modules, environments, caches) and raising the threshold removes most of that. (Pausing
+    the collector during a chunk and collecting after it measured no faster: the collection
+    walks the same survivors.)"""
+    gc.freeze()
+    gc.set_threshold(20_000, 50, 100)
+
+
+def task_source(config: GenerateConfig) -> TaskSource:
+    return TaskSource(envs=tuple(e.name for e in config.envs),
+                      weights=tuple(e.weight for e in config.envs),
+                      seed=config.seed, count=config.num_trajectories)
+
+
+def load_tokenizer(path: str | None) -> Any:
+    if path is None:
+        return None
+    from transformers import AutoTokenizer  # heavy import, only when configured
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+class ChunkProcessor:
+    """Generates and writes chunks for one run configuration."""
+
+    def __init__(self, config: GenerateConfig, out: str | None = None) -> None:
+        import_modules(config.env_modules)
+        self.config = config
+        self.source = task_source(config)
+        self.envs = EnvPool()
+        self.teacher: Teacher = make_teacher(config.teacher, work_dir=out or config.out)
+        # LLM teachers bring their own tokenizer: rows carry the teacher's exact token ids.
+        tokenizer = (load_tokenizer(config.tokenizer) if config.tokenizer
+                     else getattr(self.teacher, "tokenizer", None))
+        context = StageContext(out or config.out, self.teacher, tokenizer,
+                               config.tokenizer or config.teacher.teacher_tokenizer())
+        stage_classes = configured_stages(config)
+        self.tables = tables_of(stage_classes)
+        self.stages: list[Stage] = [stage.build(config, context) for stage in stage_classes]
+        self.store = ShardStore(out or config.out, self.tables)
+
+    def rollout(self, chunk: Chunk) -> list[Trajectory]:
+        """Trajectories of the chunk's tasks, in order. A teacher that batches episodes (LLM
+        backends) gets the whole chunk at once; one that runs them one after another gets
+        slices, so that `reset` finds the world `generate_task` just built still in the
+        environment's world cache instead of building it a second time."""
+        step = (SEQUENTIAL_SLICE if type(self.teacher).rollout_batch is Teacher.rollout_batch
+                else chunk.stop - chunk.start)
+        out: list[Trajectory] = []
+        for start in range(chunk.start, chunk.stop, max(step, 1)):
+            out += self._rollout_slice(start, min(start + step, chunk.stop))
+        return out
+
+    def _rollout_slice(self, start: int, stop: int) -> list[Trajectory]:
+        items = self.source.generate(start, stop, self.envs)
+        tasks = [item for item in items if isinstance(item, Task)]
+        done = iter(self.teacher.rollout_batch(tasks, self.envs))
+        return [next(done) if isinstance(item, Task) else self._task_failure(item)
+                for item in items]
+
+    def _task_failure(self, item: TaskError) -> Trajectory:
+        exc = RuntimeError(f"task generation failed: {item.error}")
+        return failed_trajectory(item.as_task(), self.teacher.name, 0, exc,
+                                 tools=self.envs.get(item.env).tools(),
+                                 kind="task_generation_failed")
+
+    def run_stages(self, trajectories: list[Trajectory],
+                   clock: StageClock | None = None) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+        """Every stage over the batch: one table per declared table name (a table several
+        stages declare gets their rows in stage order) and each stage's counts."""
+        parts: dict[str, list[pa.Table]] = {name: [] for name in self.tables}
+        stats: dict[str, Any] = {}
+        for stage in self.stages:
+            output = stage.run(trajectories, self.envs)
+            if set(output.tables) != {table.name for table in stage.tables}:
+                raise RuntimeError(f"stage {stage.name!r} returned tables "
+                                   f"{sorted(output.tables)}, it declares "
+                                   f"{sorted(t.name for t in stage.tables)}")
+            for name, table in output.tables.items():
+                parts[name].append(table)
+            stats[stage.name] = output.stats
+            if clock is not None:
+                clock.lap(stage.name)
+        tables = {name: tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+                  for name, tables in parts.items()}
+        return tables, stats
+
+    def process(self, chunk: Chunk) -> ChunkRecord:
+        """One chunk end to end. `stats["stage_seconds"]` holds the worker's CPU seconds per
+        stage (the shard store adds "write"), so a run can say where its time went."""
+        started, clock = time.perf_counter(), StageClock()
+        trajectories = self.rollout(chunk)
+        clock.lap("rollout")
+        seconds_rollout = time.perf_counter() - started
+        tables, stage_stats = self.run_stages(trajectories, clock)
+        stats = {"stages": stage_stats, "seconds_rollout": seconds_rollout,
+                 "seconds": time.perf_counter() - started, "stage_seconds": clock.seconds}
+        return self.store.write_chunk(chunk.index, tables, stats)
+
+
+class StageClock:
+    """CPU seconds of this process per named stage, measured lap by lap."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.process_time()
+
+    def lap(self, stage: str) -> None:
+        now = time.process_time()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._last
+        self._last = now

@@ -1,0 +1,454 @@
+"""The output directory: atomic Parquet shards, chunk markers, manifest, resume.
+
+Layout under OUT/:
+    trajectories/part-000000.parquet ...   one shard per chunk per table (zstd level 1); the
+                                           tables are those the run's stages declare
+    _chunks/chunk-000000.json              written last: the chunk is complete
+    _run.json                              fingerprint + config of the run that owns OUT
+                                           (every config written here has its credentials
+                                           redacted: datagen/credentials.py)
+    _run.lock                              while a run holds OUT: its owner (runlock.py)
+    manifest.json, README.md               written at the end of every run
+
+A shard is written under `_tmp/` and renamed into place; the chunk marker is renamed into place
+only after all of the chunk's shards are. So a killed run leaves complete chunks plus debris in
+`_tmp/` (cleared on the next start), and the rerun regenerates exactly the chunks without a
+marker, overwriting any shard a half-finished chunk left behind.
+
+Resume trusts a marker only after a cheap check of what it lists (each shard exists, has the
+recorded size, a Parquet footer and the recorded row count): a chunk that fails it (a truncated
+or deleted shard, an unreadable marker) loses its marker and shards and is generated again.
+`datagen verify` adds the sha256 of every byte (datagen/pipeline/verify.py; the costs are in
+README.md).
+OUT is datagen's when it holds a readable `_run.json`; nothing else is ever deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datagen.credentials import redact_credentials
+from datagen.rows import SCHEMA_VERSION
+
+log = logging.getLogger(__name__)
+
+ZSTD_LEVEL = 1
+RUN_FILE = "_run.json"
+LOCK_FILE = "_run.lock"  # datagen/pipeline/runlock.py; present only while a run holds OUT
+# What clear() may delete in an OUT whose _run.json says datagen wrote it (with the table
+# folders its stages wrote, recorded in _run.json); nothing else.
+_DATAGEN_FILES = ("_run.json", "manifest.json", "README.md")
+_DATAGEN_DIRS = ("_tmp", "_chunks")
+# The tables of a run whose _run.json does not list them (schema versions 1 and 2 did not).
+UNRECORDED_TABLES = ("trajectories", "negatives", "repairs", "preferences")
+_MANIFEST_KEYS = {"schema_version", "fingerprint", "complete", "chunks", "counts", "shards"}
+
+
+class OutputConflict(RuntimeError):
+    """OUT cannot be used for this run: another config's data, not datagen's, in use."""
+
+
+class OutputUnreadable(RuntimeError):
+    """OUT is not a readable datagen dataset: no or a corrupt manifest, damaged shards."""
+
+
+@dataclass
+class ShardInfo:
+    file: str
+    rows: int
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class ChunkRecord:
+    """What a completed chunk wrote, and the statistics the run summary adds up."""
+
+    chunk: int
+    shards: dict[str, ShardInfo]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self), option=orjson.OPT_SORT_KEYS)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> "ChunkRecord":
+        """Parse a marker; ValueError (with the reason) for anything that is not one."""
+        try:
+            raw = orjson.loads(data)
+            shards = {str(name): ShardInfo(**info) for name, info in raw["shards"].items()}
+            return cls(chunk=int(raw["chunk"]), shards=shards, stats=dict(raw.get("stats", {})))
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise ValueError(f"not a chunk marker ({type(exc).__name__}: {exc})") from None
+
+
+def shard_problem(root: Path, info: ShardInfo, checksum: bool = False) -> str | None:
+    """Why the shard `info` describes is not intact, or None. Without `checksum`: it exists
+    inside `root`, has the recorded size, a Parquet footer and the recorded rows (a stat and
+    a footer read, whatever the shard's size); with it, also the recorded sha256 (reads every
+    byte). A truncated shard fails the size check, so resume needs no checksum to catch it."""
+    path = root / info.file
+    if not path.resolve().is_relative_to(root.resolve()):
+        return f"recorded path {info.file!r} is outside the output directory"
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if size != info.bytes:
+        return f"{size:,} bytes, recorded {info.bytes:,} (truncated or rewritten)"
+    try:
+        rows = pq.read_metadata(path).num_rows
+    except (OSError, pa.ArrowException) as exc:
+        return f"not a readable Parquet file ({str(exc).splitlines()[0][:160]})"
+    if rows != info.rows:
+        return f"{rows:,} rows, recorded {info.rows:,}"
+    if checksum and file_sha256(path) != info.sha256:
+        return "sha256 differs from the recorded one (bytes changed in place)"
+    return None
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """OUT/manifest.json, or OutputUnreadable saying why it is not a datagen dataset."""
+    path = root / "manifest.json"
+    try:
+        manifest = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise OutputUnreadable(f"{root} has no manifest.json: not a datagen output directory "
+                               "(or its first run has not finished a chunk yet)") from None
+    except NotADirectoryError:
+        raise OutputUnreadable(f"{root} is a file, not a datagen output directory") from None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise OutputUnreadable(f"{path} is unreadable ({exc}); rerun `datagen generate` with "
+                               "the same config to rewrite it") from None
+    missing = _MANIFEST_KEYS - set(manifest) if isinstance(manifest, dict) else _MANIFEST_KEYS
+    if missing or not isinstance(manifest["shards"], dict):
+        raise OutputUnreadable(f"{path} is not a datagen manifest (missing or malformed: "
+                               f"{', '.join(sorted(missing)) or 'shards'})")
+    return manifest
+
+
+def manifest_tables(manifest: dict[str, Any]) -> list[str]:
+    """Every table a manifest knows: those its stages declare and those it lists shards of."""
+    declared = [t for stage in manifest_stages(manifest) for t in stage["tables"]]
+    return list(dict.fromkeys([*declared, *manifest.get("shards", {})]))
+
+
+def manifest_stages(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's stages in run order, `{"name", "tables"}` each ([] for a manifest written
+    before stages were recorded, or a malformed entry)."""
+    stages = manifest.get("stages")
+    if not isinstance(stages, list):
+        return []
+    return [{"name": str(s["name"]), "tables": [str(t) for t in s["tables"]]} for s in stages
+            if isinstance(s, dict) and "name" in s and isinstance(s.get("tables"), list)]
+
+
+def manifest_shards(manifest: dict[str, Any]) -> dict[str, list[ShardInfo]]:
+    """Table -> the shards a manifest (from `read_manifest`) lists."""
+    try:
+        return {table: [ShardInfo(**item) for item in items]
+                for table, items in manifest["shards"].items()}
+    except (TypeError, AttributeError) as exc:
+        raise OutputUnreadable(f"manifest.json lists a shard it does not describe ({exc})"
+                               ) from None
+
+
+@dataclass(frozen=True)
+class DroppedChunk:
+    """A chunk that was complete but failed its check on resume; it is generated again."""
+
+    chunk: int
+    reason: str
+
+
+def _conflict(previous: dict[str, Any], fingerprint: str,
+              config: dict[str, Any]) -> str | None:
+    """Why OUT's previous run cannot be resumed by this config, or None."""
+    if previous.get("schema_version") != SCHEMA_VERSION:
+        return (f"holds shards of schema version {previous.get('schema_version')}; this "
+                f"datagen writes version {SCHEMA_VERSION} and will not mix them in one dataset")
+    if previous.get("fingerprint") != fingerprint and not _same_but_credentials(previous,
+                                                                               config):
+        return (f"holds data generated with a different config (fingerprint "
+                f"{previous.get('fingerprint')}, this config {fingerprint})")
+    return None
+
+
+def _same_but_credentials(previous: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether `previous` is a _run.json written before fingerprints left credentials out
+    (it stored the config as it was, credentials in it, and a hash of that) for this config
+    but for its credentials: the same data, so OUT is resumed and its record rewritten."""
+    stored = previous.get("config")
+    redacted = redact_credentials(stored)
+    return redacted != stored and redacted == redact_credentials(config)
+
+
+def _recorded_tables(previous: dict[str, Any]) -> list[str]:
+    """The table folders the previous run recorded in _run.json (names only)."""
+    tables = previous.get("tables", UNRECORDED_TABLES)
+    if not isinstance(tables, (list, tuple)):
+        return list(UNRECORDED_TABLES)
+    return [name for name in map(str, tables)
+            if name and "/" not in name and name not in (".", "..")]
+
+
+def _leftover(entry: Path) -> bool:
+    """What a directory may hold and still count as empty: the run lock, and datagen's
+    bookkeeping folders when empty (a user's own `_tmp/` with files in it is not debris)."""
+    if entry.name == LOCK_FILE:
+        return True
+    return entry.name in ("_tmp", "_chunks") and entry.is_dir() and not any(entry.iterdir())
+
+
+def _write_atomic(path: Path, data: bytes, tmp_dir: Path) -> None:
+    tmp = tmp_dir / f"{path.name}.{uuid.uuid4().hex}"
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", compression_level=ZSTD_LEVEL)
+    return sink.getvalue().to_pybytes()
+
+
+class ShardStore:
+    """Reads and writes one output directory. Workers use `write_chunk`; the driver uses
+    `claim` before the run (under the run lock) and `write_manifest` after it. `tables` are
+    the table folders a run writes (its stages'); dropping a chunk or clearing OUT deletes
+    there (plus what a marker or the previous run's record lists)."""
+
+    def __init__(self, root: str | Path, tables: Iterable[str] = ()) -> None:
+        self.root = Path(root)
+        self.tables = list(dict.fromkeys(tables))
+        self.tmp = self.root / "_tmp"
+        self.markers = self.root / "_chunks"
+
+    def shard_path(self, table: str, chunk: int) -> Path:
+        return self.root / table / f"part-{chunk:06d}.parquet"
+
+    def marker_path(self, chunk: int) -> Path:
+        return self.markers / f"chunk-{chunk:06d}.json"
+
+    # driver side --------------------------------------------------------------------------
+
+    def claim(self, fingerprint: str, config: dict[str, Any],
+              overwrite: bool) -> list[DroppedChunk]:
+        """Make OUT ours before a run: refuse a file, a directory datagen did not write (with
+        `overwrite` too: it deletes only what datagen wrote) and data of another config or
+        schema version unless `overwrite`; clear debris; drop damaged chunks so that the run
+        regenerates them. Returns the dropped chunks. Call it under the run lock
+        (datagen/pipeline/runlock.py): two runs that pass these checks together would mix
+        configs."""
+        if self.root.exists() and not self.root.is_dir():
+            raise OutputConflict(f"{self.root} is a file, not a directory; choose another --out")
+        previous = self._previous_run()
+        if previous is None:
+            self._refuse_foreign()
+        elif conflict := _conflict(previous, fingerprint, config):
+            if not overwrite:
+                raise OutputConflict(f"{self.root} {conflict}. Use another --out, or pass "
+                                     "--overwrite to delete it and start again.")
+            self.clear(_recorded_tables(previous))
+        else:  # the same config, so the same stages (an older record may list none)
+            self.tables = list(dict.fromkeys([*self.tables, *_recorded_tables(previous)]))
+        # _run.json before anything else: a directory with datagen's folders and no _run.json
+        # is never one this code left behind (and is refused as not datagen's).
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir(exist_ok=True)
+        self.clear_tmp()
+        payload = {"fingerprint": fingerprint, "schema_version": SCHEMA_VERSION,
+                   "tables": self.tables, "config": redact_credentials(config)}
+        _write_atomic(self.root / RUN_FILE, orjson.dumps(payload, option=orjson.OPT_INDENT_2),
+                      self.tmp)
+        self.markers.mkdir(exist_ok=True)
+        return self.drop_damaged()
+
+    def _previous_run(self) -> dict[str, Any] | None:
+        """The owner record of OUT, None when there is none. One that cannot be read is
+        refused: datagen cannot tell which config (or whether datagen) wrote OUT."""
+        run_file = self.root / RUN_FILE
+        try:
+            data = run_file.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            previous = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            previous, reason = None, f"JSONDecodeError: {exc}"
+        else:
+            reason = "no fingerprint"
+        if not isinstance(previous, dict) or "fingerprint" not in previous:
+            raise OutputConflict(f"{run_file} is not a readable datagen run record ({reason}): "
+                                 f"which config wrote {self.root} is unknown, so it is neither "
+                                 "resumed nor overwritten; use another --out or delete it "
+                                 "yourself")
+        return previous
+
+    def _refuse_foreign(self) -> None:
+        if not self.root.exists():
+            return
+        foreign = sorted(entry.name for entry in self.root.iterdir() if not _leftover(entry))
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more"
+                                              if len(foreign) > 3 else "")
+            raise OutputConflict(
+                f"{self.root} is not empty ({shown}) and was not written by datagen (it has no "
+                f"{RUN_FILE}); datagen deletes only what it wrote, with --overwrite too: use "
+                "another --out, or empty it yourself")
+
+    def clear(self, previous_tables: Iterable[str] = ()) -> None:
+        """Delete what datagen writes in OUT: its files, bookkeeping and the table folders of
+        this run and of the previous one (never called on a directory it did not write)."""
+        for name in dict.fromkeys([*_DATAGEN_DIRS, *self.tables, *previous_tables]):
+            shutil.rmtree(self.root / name, ignore_errors=True)
+        for name in _DATAGEN_FILES:
+            (self.root / name).unlink(missing_ok=True)
+
+    def clear_tmp(self) -> None:
+        for leftover in self.tmp.glob("*"):
+            leftover.unlink(missing_ok=True)
+
+    def is_complete(self, chunk: int) -> bool:
+        return self.marker_path(chunk).exists()
+
+    def complete_chunks(self) -> set[int]:
+        """Indices of chunks with a marker, from one directory listing (a run of 10^6 chunks
+        would otherwise stat 10^6 paths before it starts)."""
+        try:
+            names = os.listdir(self.markers)
+        except FileNotFoundError:
+            return set()
+        return {int(name[6:-5]) for name in names
+                if name.startswith("chunk-") and name.endswith(".json") and name[6:-5].isdigit()}
+
+    def chunk_problem(self, chunk: int) -> str | None:
+        """Why the complete chunk `chunk` cannot be trusted (unreadable marker, a shard that
+        fails `shard_problem` without checksum), or None."""
+        try:
+            record = ChunkRecord.from_json(self.marker_path(chunk).read_bytes())
+        except (OSError, ValueError) as exc:
+            return f"marker unreadable: {exc}"
+        if record.chunk != chunk:
+            return f"marker records chunk {record.chunk}"
+        for info in record.shards.values():
+            if problem := shard_problem(self.root, info):
+                return f"{info.file}: {problem}"
+        return None
+
+    def drop_damaged(self) -> list[DroppedChunk]:
+        """Drop every complete chunk that fails `chunk_problem`: the run regenerates it."""
+        dropped = []
+        for chunk in self.marked_chunks():
+            if reason := self.chunk_problem(chunk):
+                self.drop_chunk(chunk)
+                log.warning("chunk %d is damaged and will be generated again: %s", chunk, reason)
+                dropped.append(DroppedChunk(chunk, reason))
+        return dropped
+
+    def drop_chunk(self, chunk: int) -> None:
+        """Forget a chunk: its marker first (a kill part way leaves an incomplete chunk, never
+        a complete one with shards missing), then its shard in every table (the store's, and
+        those its marker lists when it can be read)."""
+        listed: list[Path] = []
+        try:
+            record = ChunkRecord.from_json(self.marker_path(chunk).read_bytes())
+            listed = [self.root / info.file for info in record.shards.values()]
+        except (OSError, ValueError):
+            pass
+        self.marker_path(chunk).unlink(missing_ok=True)
+        for path in [*listed, *(self.shard_path(table, chunk) for table in self.tables)]:
+            if path.resolve().is_relative_to(self.root.resolve()):
+                path.unlink(missing_ok=True)
+
+    def marked_chunks(self) -> list[int]:
+        chunks = []
+        for path in self.markers.glob("chunk-*.json"):
+            digits = path.stem.removeprefix("chunk-")
+            if digits.isdigit():
+                chunks.append(int(digits))
+        return sorted(chunks)
+
+    def records(self) -> list[ChunkRecord]:
+        """Records of the complete chunks. An unreadable marker is skipped (its chunk counts
+        as incomplete, and the next run's `claim` drops and redoes it)."""
+        records = []
+        for chunk in self.marked_chunks():
+            try:
+                records.append(ChunkRecord.from_json(self.marker_path(chunk).read_bytes()))
+            except (OSError, ValueError) as exc:
+                log.warning("chunk %d: marker unreadable, counted as incomplete: %s", chunk, exc)
+        return records
+
+    # worker side --------------------------------------------------------------------------
+
+    def write_chunk(self, chunk: int, tables: dict[str, pa.Table],
+                    stats: dict[str, Any]) -> ChunkRecord:
+        """Write every table of a chunk, then its marker. Returns the marker's record."""
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        started = time.process_time()
+        shards: dict[str, ShardInfo] = {}
+        for name, table in tables.items():
+            data = parquet_bytes(table)
+            path = self.shard_path(name, chunk)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomic(path, data, self.tmp)
+            shards[name] = ShardInfo(file=str(path.relative_to(self.root)), rows=table.num_rows,
+                                     bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        if isinstance(stats.get("stage_seconds"), dict):
+            stats["stage_seconds"]["write"] = time.process_time() - started
+        record = ChunkRecord(chunk=chunk, shards=shards, stats=stats)
+        self.markers.mkdir(parents=True, exist_ok=True)
+        _write_atomic(self.marker_path(chunk), record.to_json(), self.tmp)
+        return record
+
+    # manifest -----------------------------------------------------------------------------
+
+    def write_manifest(self, fingerprint: str, config: dict[str, Any], total_chunks: int,
+                       records: list[ChunkRecord], stats: dict[str, Any] | None = None,
+                       stages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """manifest.json: schema version, fingerprint, config, completeness, rows per table,
+        every shard, the run's stages (`{"name", "tables"}` in run order) and their merged
+        counts (`stats`, per stage name)."""
+        shards: dict[str, list[dict[str, Any]]] = {}
+        for record in sorted(records, key=lambda r: r.chunk):
+            for name, info in record.shards.items():
+                shards.setdefault(name, []).append(asdict(info))
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "fingerprint": fingerprint,
+            "config": redact_credentials(config),
+            "complete": len(records) == total_chunks,
+            "chunks": {"total": total_chunks, "complete": len(records)},
+            "counts": {name: sum(s["rows"] for s in items) for name, items in shards.items()},
+            "shards": shards,
+            "stages": stages or [],
+            "stats": stats or {},
+        }
+        _write_atomic(self.root / "manifest.json",
+                      orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS),
+                      self.tmp)
+        return manifest

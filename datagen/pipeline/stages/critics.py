@@ -1,0 +1,219 @@
+"""Critic stage: repairs (injected errors and failed rollouts) and safety preference pairs.
+
+Batch in (the chunk's trajectories), rows out: `repairs` rows, `preferences` rows with source
+`repair` (after an error: reflect and fix > blind retry) and `safety` (refuse/confirm a
+dangerous request > comply; comply with a benign look-alike > over-refuse), and counts for the
+run summary. Every choice (which trajectories, which step, which kind, which safety cases) is
+seeded from the run seed and the trajectory id, so a rerun writes the same rows. A repair that
+is not emitted is counted by the kind of its rejection; an environment that raises costs its
+trajectory's rows only, counted under `errors`; an environment that declares no safety cases
+is counted per environment under `no_safety_cases`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from datagen.config import CriticsConfig, GenerateConfig
+from datagen.pipeline.stages.base import (Stage, StageBatch, StageContext, StageOutput,
+                                          register_stage)
+from datagen.pipeline.stages.tables import PREFERENCES, REPAIRS
+from datagen.teachers import EnvPool, Teacher, make_teacher
+from datagen.types import Trajectory, stable_seed
+
+if TYPE_CHECKING:  # the critics pull in jsonschema and the mutators: imported when built
+    from critics.critique import Critic, Critique, CritiqueRequest
+    from critics.repair import Repair
+    from datagen.pipeline.inspect import DatasetView
+    from mutators import Rejected
+
+
+def make_critic(config: CriticsConfig, teacher: Teacher | None = None,
+                work_dir: str | None = None) -> Critic:
+    """The critic callable for the configured backend. `llm` uses `config.llm`'s model, or
+    the run's `teacher` (an in-process LLM teacher: its loaded model is shared)."""
+    if config.backend == "rule":
+        from critics.rule_critic import rule_critic
+
+        return rule_critic
+    from critics.llm_critic import CRITIC_SYSTEM_PROMPT, LLMCritic
+    from datagen.teachers.completion import BackendCompleter
+
+    if config.llm is not None:
+        section, backend = config.llm, make_teacher(config.llm, work_dir=work_dir).backend
+    elif teacher is not None and hasattr(teacher, "backend"):
+        section, backend = teacher.config, teacher.backend
+    else:
+        raise ValueError("critics.backend 'llm' needs critics.llm or an hf/openai teacher")
+    return LLMCritic(BackendCompleter(backend, section.sampling.max_tokens_per_turn,
+                                      CRITIC_SYSTEM_PROMPT,
+                                      section.episode.max_concurrent_episodes,
+                                      section.episode.max_total_tokens))
+
+
+@register_stage
+class CriticStage(Stage):
+    """Runs error injection + repair, failed-rollout repair and safety pairs over a batch.
+    Counters: `repaired` per error kind, `rejected` per rejection kind, `safety` per case
+    kind, `no_safety_cases` per environment, `counts` (injected, failed_rollouts, errors)."""
+
+    name = "critics"
+    tables = (REPAIRS, PREFERENCES)
+
+    def __init__(self, config: CriticsConfig, run_seed: int, critic: Critic | None = None) -> None:
+        self.config = config
+        self.run_seed = run_seed
+        self.critic = critic or make_critic(config)
+
+    @classmethod
+    def enabled(cls, config: GenerateConfig) -> bool:
+        return config.critics.enabled
+
+    @classmethod
+    def build(cls, config: GenerateConfig, context: StageContext) -> CriticStage:
+        return cls(config.critics, config.seed,
+                   make_critic(config.critics, context.teacher, context.out))
+
+    def run(self, trajectories: list[Trajectory], envs: EnvPool) -> StageOutput:
+        batch = StageBatch()
+        started = time.perf_counter()
+        if hasattr(self.critic, "prefetch"):  # a model: all of the batch's prompts at once
+            self.critic.prefetch(self._requests(trajectories, envs))
+        self._run(trajectories, envs, self.critic, batch)
+        return batch.output(self.tables, seconds=round(time.perf_counter() - started, 4))
+
+    def _requests(self, trajectories: list[Trajectory], envs: EnvPool) -> list[CritiqueRequest]:
+        """The critique requests the batch will make, found by a dry run with a critic that
+        only records them. Every choice is seeded per trajectory and made before the critic
+        is asked, so the real run then makes exactly these requests."""
+        from critics.critique import Critique
+
+        requests: list[CritiqueRequest] = []
+
+        def record(request: CritiqueRequest, rng: random.Random) -> Critique:
+            requests.append(request)
+            return Critique("", None, "dry run")
+
+        self._run(trajectories, envs, record, StageBatch())
+        return requests
+
+    def _run(self, trajectories: list[Trajectory], envs: EnvPool, critic: Critic,
+             batch: StageBatch) -> None:
+        for traj in trajectories:
+            rng = random.Random(stable_seed(self.run_seed, traj.id, "critics"))
+            try:
+                self._one(traj, envs, rng, critic, batch)
+            except Exception as exc:  # noqa: BLE001 - an env that breaks costs this row only
+                batch.count("counts", "errors")
+                batch.count("rejected", f"env_raised_{type(exc).__name__}")
+
+    def _one(self, traj: Trajectory, envs: EnvPool, rng: random.Random, critic: Critic,
+             batch: StageBatch) -> None:
+        from critics.inject import inject_error
+        from critics.repair import repair_failed, repair_injection
+        from mutators import Rejected
+
+        if not traj.task.instruction or not traj.task.gold:
+            return  # a task that failed to generate has nothing to repair
+        env = envs.get(traj.task.env)
+        if traj.success and rng.random() < self.config.inject_rate:
+            batch.count("counts", "injected")
+            injection = inject_error(traj, env, rng.randrange(2**31), self.config.kinds)
+            result = injection if isinstance(injection, Rejected) else repair_injection(
+                env, injection, critic, rng)
+            self._emit(result, rng, batch)
+        elif not traj.success and self.config.repair_failed:
+            batch.count("counts", "failed_rollouts")
+            self._emit(repair_failed(env, traj, critic, rng), rng, batch)
+        if traj.success and rng.random() < self.config.safety_rate:
+            self._safety(traj, env, rng, batch)
+
+    def _safety(self, traj: Trajectory, env: Any, rng: random.Random, batch: StageBatch) -> None:
+        from critics.safety import safety_cases
+        from critics.safety_pairs import safety_preference
+        from mutators import Rejected
+
+        cases = safety_cases(env, traj)
+        if isinstance(cases, Rejected):
+            batch.count("no_safety_cases", traj.task.env)
+            return
+        for case in rng.sample(cases, min(self.config.safety_per_trajectory, len(cases))):
+            batch.add("preferences", safety_preference(case, traj.tools, traj.id, rng))
+            batch.count("safety", case.kind if case.dangerous else f"benign_{case.call.name}")
+
+    @staticmethod
+    def _emit(result: Repair | Rejected, rng: random.Random, batch: StageBatch) -> None:
+        from critics.repair import Repair, repair_preference, repair_row
+
+        if not isinstance(result, Repair):
+            batch.reject("rejected", result)
+            return
+        batch.count("repaired", result.error_kind)
+        batch.add("repairs", repair_row(result))
+        batch.add("preferences", repair_preference(result, rng))
+
+    @classmethod
+    def summary_lines(cls, stats: dict[str, Any]) -> list[str]:
+        if not stats:
+            return []
+        c = critic_totals(stats)
+        why = ", ".join(f"{kind} {n:,}" for kind, n in c["rejected_kinds"][:4])
+        lines = [f"critics: {c['repaired']:,} repairs ({c['rejected']:,} not emitted"
+                 f"{': ' + why if why else ''}), safety pairs {c['safety_dangerous']:,} "
+                 f"dangerous + {c['safety_benign']:,} benign look-alikes"]
+        if none := stats.get("no_safety_cases"):
+            lines.append("  no safety cases declared by: " + ", ".join(
+                f"{env} ({n:,} trajectories drawn)" for env, n in sorted(none.items())))
+        return lines
+
+    @classmethod
+    def inspect_lines(cls, view: DatasetView) -> list[str]:
+        """Repairs per env and error kind, preference pairs per source and kind, a repair."""
+        from datagen.pipeline.stages.trajectories import format_trajectory
+
+        lines: list[str] = []
+        repairs = view.read("repairs")
+        if repairs is not None and repairs.height:
+            lines += ["", "repairs per env and error kind:",
+                      view.frame(repairs.group_by("env", "error_kind").len()
+                                 .sort("env", "error_kind"), rows=40)]
+        prefs = view.read("preferences", columns=["source", "kind"])
+        if prefs is not None:
+            lines += ["", "preferences per source and kind:",
+                      view.frame(prefs.group_by("source", "kind").len().sort("source", "kind"),
+                                 rows=40)]
+        if none := view.stats(cls.name).get("no_safety_cases"):
+            lines += ["", "no safety cases declared by: " + ", ".join(sorted(none))]
+        if repairs is not None and repairs.height and view.samples > 0:
+            lines += ["", "sampled repair (ERROR = the wrong call, excluded from the loss):"]
+            for row in repairs.sample(n=1, seed=view.seed).iter_rows(named=True):
+                lines += [f"critique: {row['critique']}", format_trajectory(row)]
+        return lines
+
+    @classmethod
+    def card_lines(cls, stats: dict[str, Any]) -> list[str]:
+        if not stats:
+            return []
+        c = critic_totals(stats)
+        lines = [f"- repairs: {c['repaired']:,} ({c['rejected']:,} attempts not emitted); "
+                 f"safety pairs: {c['safety_dangerous']:,} dangerous, {c['safety_benign']:,} "
+                 "benign look-alikes"]
+        if none := stats.get("no_safety_cases"):
+            lines.append(f"- no safety cases for: {', '.join(sorted(none))}")
+        return lines
+
+
+def critic_totals(stats: dict[str, Any]) -> dict[str, Any]:
+    """The run's critic counts as totals: repaired, rejected (with the commonest rejection
+    kinds), injected, failed rollouts, errors, dangerous and benign safety pairs."""
+    safety = stats.get("safety", {})
+    dangerous = sum(n for kind, n in safety.items() if not kind.startswith("benign"))
+    rejected = stats.get("rejected", {})
+    return {"repaired": sum(stats.get("repaired", {}).values()),
+            "rejected": sum(rejected.values()),
+            "rejected_kinds": sorted(rejected.items(), key=lambda item: -item[1]),
+            **{key: stats.get("counts", {}).get(key, 0)
+               for key in ("injected", "failed_rollouts", "errors")},
+            "safety_dangerous": dangerous, "safety_benign": sum(safety.values()) - dangerous}

@@ -1,0 +1,153 @@
+"""Hard-negative stage: typed negatives for every correct tool call, as rows.
+
+For each successful trajectory the environment is replayed from `reset`: before each step the
+mutators get the call, its tool, the other tools and the live environment (so logical errors
+use entities that really exist and are verified to change the observation), then the correct
+call is executed to move on. Each negative becomes a `negatives` row and a `preferences` row
+(prompt up to the step; chosen = the correct turn; rejected = the same reasoning with the
+wrong call), which is also the meta-cognitive head's "incorrect step" label. A kind that
+cannot be made for a call is counted by the kind of its rejection (`no_candidate`,
+`none_accepted` ...), never faked.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from datagen.config import GenerateConfig, NegativesConfig
+from datagen.envs import Environment
+from datagen.pipeline.stages.base import (Stage, StageBatch, StageContext, StageOutput,
+                                          register_stage)
+from datagen.pipeline.stages.tables import NEGATIVES, PREFERENCES
+from datagen.preferences import TrajectoryView, negative_preference
+from datagen.teachers import EnvPool
+from datagen.types import ToolCall, Trajectory, stable_seed
+
+if TYPE_CHECKING:
+    from datagen.pipeline.inspect import DatasetView
+    from mutators import Negative
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value, default=str).decode()
+
+
+def negative_row(traj: Trajectory, step: int, call: ToolCall, negative: Negative) -> dict:
+    return {
+        "trajectory_id": traj.id, "env": traj.task.env, "step": step, "kind": negative.kind,
+        "subkind": negative.subkind, "path": negative.path, "tool": call.name,
+        "original": _json(call.as_dict()), "mutated": _json(negative.call),
+        "original_value": _json(negative.original), "mutated_value": _json(negative.mutated),
+        "errors": list(negative.errors), "schema_valid": negative.schema_valid,
+        "outcome_changed": negative.outcome_changed, "description": negative.description,
+    }
+
+
+@register_stage
+class NegativeStage(Stage):
+    """Runs the mutators over a batch of trajectories (one environment instance per family).
+    Counters: `produced` and `impossible` per negative kind, `impossible_why` per
+    `kind: rejection kind`, `replay_errors` per exception type."""
+
+    name = "negatives"
+    tables = (NEGATIVES, PREFERENCES)
+
+    def __init__(self, config: NegativesConfig, run_seed: int) -> None:
+        # imported here: the mutators cost every worker's start-up only when the stage is on
+        from mutators import mutate_report
+
+        self.config, self.run_seed, self.mutate_report = config, run_seed, mutate_report
+
+    @classmethod
+    def enabled(cls, config: GenerateConfig) -> bool:
+        return config.negatives.enabled
+
+    @classmethod
+    def build(cls, config: GenerateConfig, context: StageContext) -> NegativeStage:
+        return cls(config.negatives, config.seed)
+
+    def run(self, trajectories: list[Trajectory], envs: EnvPool) -> StageOutput:
+        batch = StageBatch()
+        for traj in trajectories:
+            if traj.success:
+                try:
+                    self._replay(traj, envs.get(traj.task.env), batch)
+                except Exception as exc:  # an env that breaks on replay costs its rows only
+                    batch.count("replay_errors", type(exc).__name__)
+        return batch.output(self.tables)
+
+    def _replay(self, traj: Trajectory, env: Environment, batch: StageBatch) -> None:
+        env.reset(traj.task)
+        view = TrajectoryView(traj)
+        tools = {tool["function"]["name"]: tool for tool in traj.tools}
+        for index, step in enumerate(traj.steps):
+            if step.call is None:
+                continue
+            report = self.mutate_report(step.call.as_dict(), tools[step.call.name],
+                                        seed=stable_seed(self.run_seed, traj.id, index),
+                                        env=env if self.config.execute else None,
+                                        other_tools=traj.tools, kinds=self.config.kinds,
+                                        max_env_checks=self.config.max_env_checks)
+            for negative in report.negatives:
+                batch.count("produced", negative.kind)
+                batch.add("negatives", negative_row(traj, index, step.call, negative))
+                batch.add("preferences", negative_preference(view, index, negative))
+            for kind, rejected in report.impossible.items():
+                batch.count("impossible", kind)
+                batch.count("impossible_why", f"{kind}: {rejected.kind}")
+            env.step(step.call.as_dict())
+
+    @classmethod
+    def summary_lines(cls, stats: dict[str, Any]) -> list[str]:
+        kinds = kind_rates(stats)
+        if not kinds:
+            return []
+        lines = ["negatives: " + ", ".join(f"{kind} {s['produced']:,.0f} "
+                                           f"({s['impossible_rate']:.1%} impossible)"
+                                           for kind, s in kinds.items())]
+        why = sorted(stats.get("impossible_why", {}).items(), key=lambda item: -item[1])
+        if why:
+            lines.append("  impossible: " + ", ".join(f"{k} {n:,}" for k, n in why[:6]))
+        if errors := stats.get("replay_errors"):
+            lines.append("  replay errors: " + ", ".join(f"{k} {n:,}" for k, n in errors.items()))
+        return lines
+
+    @classmethod
+    def inspect_lines(cls, view: DatasetView) -> list[str]:
+        import polars as pl
+
+        negatives = view.read("negatives")
+        if negatives is None:
+            return []
+        if negatives.height == 0:
+            return ["", "negatives: none"]
+        by_kind = (negatives.group_by("kind").agg(
+            pl.len().alias("negatives"),
+            pl.col("subkind").n_unique().alias("subkinds"),
+            (~pl.col("schema_valid")).mean().round(3).alias("rejected_by_schema"),
+            pl.col("outcome_changed").mean().round(3).alias("outcome_changed"),
+        ).sort("kind"))
+        if rates := kind_rates(view.stats(cls.name)):
+            by_kind = by_kind.join(pl.DataFrame([
+                {"kind": k, "impossible_rate": round(v["impossible_rate"], 3)}
+                for k, v in rates.items()]), on="kind", how="left")
+        subkinds = negatives.group_by("kind", "subkind").len().sort(
+            "kind", "len", descending=[False, True])
+        return ["", "negatives per kind:", view.frame(by_kind), "", "subkinds:",
+                view.frame(subkinds, rows=60)]
+
+    @classmethod
+    def card_lines(cls, stats: dict[str, Any]) -> list[str]:
+        return [f"- negatives of kind {kind}: {s['produced']:,.0f} ({s['impossible_rate']:.1%} "
+                "of calls admit none)" for kind, s in kind_rates(stats).items()]
+
+
+def kind_rates(stats: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per negative kind: produced, impossible, and the impossible rate."""
+    produced, impossible = stats.get("produced", {}), stats.get("impossible", {})
+    return {kind: {"produced": produced.get(kind, 0), "impossible": impossible.get(kind, 0),
+                   "impossible_rate": impossible.get(kind, 0)
+                   / max(produced.get(kind, 0) + impossible.get(kind, 0), 1)}
+            for kind in sorted(set(produced) | set(impossible))}

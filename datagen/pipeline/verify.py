@@ -1,0 +1,169 @@
+"""`datagen verify OUT`: every shard checked against the manifest and the chunk markers.
+
+Per shard: recorded by both `manifest.json` and its chunk's marker, with the same record in
+both; present inside OUT with the recorded size, a Parquet footer and the recorded row count;
+and, unless `--quick`, the recorded sha256. Also reported: unreadable markers, shard files that
+no complete chunk records (a reader that globs `trajectories/*.parquet` would read them), counts
+that do not add up, and a run that is not complete. `--repair` drops the damaged chunks and the
+stray files, so that rerunning `datagen generate` with the same config regenerates them (a
+resume notices size and footer damage by itself, but not a changed byte: that takes the sha256).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from datagen.pipeline.runlock import LockOwner, lock_holder
+from datagen.pipeline.shards import (ChunkRecord, ShardInfo, ShardStore, manifest_shards,
+                                     manifest_tables, read_manifest, shard_problem)
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str          # relative to OUT
+    what: str
+    chunk: int | None  # the chunk to regenerate, when the problem is one chunk's
+    stray: bool = False  # a shard file no complete chunk records: delete it
+
+
+@dataclass
+class VerifyReport:
+    root: Path
+    fingerprint: str
+    shards: int
+    chunks: tuple[int, int]  # complete, total (from the manifest)
+    checksum: bool
+    seconds: float
+    problems: list[Problem]
+    running: LockOwner | None
+    tables: list[str]  # the run's tables (from its stages), where strays are looked for
+
+    @property
+    def damaged_chunks(self) -> list[int]:
+        return sorted({p.chunk for p in self.problems if p.chunk is not None and not p.stray})
+
+    @property
+    def complete(self) -> bool:
+        return self.chunks[0] == self.chunks[1]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.complete
+
+    def format(self) -> str:
+        checks = "exists, size, Parquet footer, rows" + (", sha256" if self.checksum else "")
+        lines = [f"{self.root}: {self.shards:,} shards of {self.chunks[0]:,}/{self.chunks[1]:,} "
+                 f"chunks checked ({checks}) in {self.seconds:.2f}s"]
+        if self.running:
+            lines.append(f"note: a run is writing here now ({self.running.describe()}); "
+                         "what it has not finished shows up as problems")
+        lines += [f"  {'STRAY' if p.stray else 'DAMAGED'} {p.file}: {p.what}"
+                  for p in self.problems]
+        if self.problems:
+            lines.append(f"result: {len(self.problems)} problem(s), {len(self.damaged_chunks)} "
+                         f"damaged chunk(s); `datagen verify {self.root} --repair`, then "
+                         "rerunning `datagen generate` with the same config, regenerates them")
+        elif not self.complete:
+            lines.append("result: intact but INCOMPLETE; rerun `datagen generate` with the same "
+                         "config to finish it")
+        else:
+            lines.append("result: intact and complete")
+        return "\n".join(lines)
+
+
+def _chunk_of(file: str) -> int | None:
+    digits = Path(file).stem.removeprefix("part-")
+    return int(digits) if digits.isdigit() else None
+
+
+def _read_markers(store: ShardStore) -> tuple[dict[str, tuple[int, ShardInfo]], list[Problem]]:
+    """Shard file -> (chunk, record) for every readable marker; problems for the others."""
+    recorded: dict[str, tuple[int, ShardInfo]] = {}
+    problems = []
+    for chunk in store.marked_chunks():
+        path = store.marker_path(chunk)
+        try:
+            record = ChunkRecord.from_json(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            problems.append(Problem(str(path.relative_to(store.root)), f"marker unreadable: "
+                                    f"{exc}", chunk))
+            continue
+        for info in record.shards.values():
+            recorded[info.file] = (chunk, info)
+    return recorded, problems
+
+
+def _check_shards(root: Path, listed: dict[str, ShardInfo],
+                  recorded: dict[str, tuple[int, ShardInfo]], checksum: bool) -> list[Problem]:
+    problems = []
+    for file in sorted(listed.keys() | recorded.keys()):
+        chunk, marker_info = recorded.get(file, (_chunk_of(file), None))
+        info = listed.get(file) or marker_info
+        if marker_info is None:
+            problems.append(Problem(file, "listed in manifest.json, but no chunk marker records "
+                                    "it", chunk))
+        elif file not in listed:
+            problems.append(Problem(file, "its chunk is complete but manifest.json does not "
+                                    "list it (an interrupted run; rerun generate)", None))
+        elif marker_info != info:
+            problems.append(Problem(file, "manifest.json and the chunk marker record different "
+                                    "rows, bytes or sha256", chunk))
+        if problem := shard_problem(root, info, checksum=checksum):
+            problems.append(Problem(file, problem, chunk))
+    return problems
+
+
+def _strays(root: Path, known: set[str], tables: list[str]) -> list[Problem]:
+    problems = []
+    for table in tables:
+        for path in sorted((root / table).glob("part-*.parquet")):
+            file = str(path.relative_to(root))
+            if file not in known:
+                problems.append(Problem(file, "no complete chunk records it (left by an "
+                                        "unfinished chunk?); readers that glob the folder "
+                                        "would read it", _chunk_of(file), stray=True))
+    return problems
+
+
+def _count_problems(manifest: dict, listed: dict[str, ShardInfo]) -> list[Problem]:
+    problems = []
+    for table, count in manifest.get("counts", {}).items():
+        rows = sum(info.rows for file, info in listed.items() if file.startswith(f"{table}/"))
+        if rows != count:
+            problems.append(Problem("manifest.json", f"counts {table}: {count:,} rows, its "
+                                    f"shards hold {rows:,}", None))
+    return problems
+
+
+def verify_output(out: str | Path, checksum: bool = True) -> VerifyReport:
+    """Check OUT; raises OutputUnreadable when it has no readable manifest."""
+    started = time.perf_counter()
+    root = Path(out)
+    manifest = read_manifest(root)
+    store = ShardStore(root)
+    listed = {info.file: info for infos in manifest_shards(manifest).values() for info in infos}
+    recorded, problems = _read_markers(store)
+    problems += _check_shards(root, listed, recorded, checksum)
+    tables = manifest_tables(manifest)
+    problems += _strays(root, listed.keys() | recorded.keys(), tables)
+    problems += _count_problems(manifest, listed)
+    chunks = manifest.get("chunks", {})
+    return VerifyReport(root=root, fingerprint=str(manifest.get("fingerprint")),
+                        shards=len(listed.keys() | recorded.keys()),
+                        chunks=(int(chunks.get("complete", 0)), int(chunks.get("total", 0))),
+                        checksum=checksum, seconds=time.perf_counter() - started,
+                        problems=problems, running=lock_holder(root), tables=tables)
+
+
+def repair(out: str | Path, report: VerifyReport) -> tuple[list[int], int]:
+    """Drop the report's damaged chunks and delete its stray shard files (call under the run
+    lock). Returns the dropped chunks and the number of stray files removed."""
+    store = ShardStore(out, report.tables)
+    for chunk in report.damaged_chunks:
+        store.drop_chunk(chunk)
+    strays = [store.root / p.file for p in report.problems if p.stray]
+    for path in strays:
+        path.unlink(missing_ok=True)
+    return report.damaged_chunks, len(strays)

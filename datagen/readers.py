@@ -1,0 +1,125 @@
+"""One-call loaders: an OUT's shards as a `datasets.Dataset` in TRL's conversational format.
+
+    from datagen.readers import load_preferences, load_sft
+    train = load_preferences("out/demo")                 # prompt / chosen / rejected / tools
+    DPOTrainer(model=..., train_dataset=train, processing_class=tokenizer)
+    sft = load_sft("out/demo")                           # messages / tools
+    SFTTrainer(model=..., train_dataset=sft, args=SFTConfig(assistant_only_loss=True), ...)
+
+Why a loader and not `load_dataset("parquet", ...)` as is: the shards store each message's
+`tool_calls` and the row's `tools` as JSON text (every environment's tool schemas fit one
+Arrow struct that way), while a chat template iterates `message.tool_calls` and renders
+`arguments | tojson`: a string there fails in Jinja ("Undefined is not JSON serializable"), and
+arguments left as a string would be double-encoded. The loaders give those columns the
+`datasets.Json` feature type: the same JSON text in Arrow (a storage cast, no re-encoding, no
+Python objects per row), decoded to lists and objects only when a row is read. Arguments of
+different tools never meet in one Arrow struct, so no tool's call gains null keys from
+another's. With the project's template (`datagen/templates/qwen2_5_tools.jinja`, which is
+TRL's `qwen2_5.jinja`) a loaded pair renders exactly `prompt_text + chosen_text` (tested).
+
+Only the shards `manifest.json` lists are read, after the cheap check a resume makes (size,
+footer, row count), as `datagen inspect` does: an unfinished chunk is not part of the dataset.
+The dataset is Arrow-backed: `datasets` copies the shards into its cache once (memory-mapped,
+`cache_dir` chooses where) or, with `streaming=True`, reads them batch by batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from datagen.pipeline.shards import OutputUnreadable, manifest_shards, read_manifest, shard_problem
+
+if TYPE_CHECKING:  # datasets is an optional dependency (the `interop` extra)
+    from datasets import Dataset, Features, IterableDataset
+
+PREFERENCE_SOURCES = ("negative", "repair", "safety")
+SFT_TABLES = ("trajectories", "repairs")
+MESSAGE_COLUMNS = {"preferences": ("prompt", "chosen", "rejected"),
+                   "trajectories": ("messages",), "repairs": ("messages",)}
+
+
+def listed_shards(out: str | Path, table: str) -> list[str]:
+    """The shards of `table` that OUT's manifest lists, each checked (size, footer, rows).
+    `OutputUnreadable` names what is missing or damaged."""
+    root = Path(out)
+    manifest = read_manifest(root)
+    infos = manifest_shards(manifest).get(table, [])
+    if not infos:
+        raise OutputUnreadable(f"{root} has no {table}/ shards (manifest counts: "
+                               f"{manifest.get('counts', {})})")
+    for info in infos:
+        if problem := shard_problem(root, info):
+            raise OutputUnreadable(f"{root / info.file} is damaged: {problem}; `datagen verify "
+                                   f"{root}` lists every damaged shard")
+    return [str(root / info.file) for info in infos]
+
+
+def conversational_features(features: "Features", table: str) -> "Features":
+    """`features` with the JSON-text columns typed as `datasets.Json`: each message's
+    `tool_calls` (a list of {type, function: {name, arguments}}) and the row's `tools`."""
+    from datasets import Json, List, Value
+
+    message = List({"role": Value("string"), "content": Value("string"),
+                    "tool_calls": Json(), "name": Value("string")})
+    typed = features.copy()
+    for column in MESSAGE_COLUMNS[table]:
+        typed[column] = message
+    typed["tools"] = Json()
+    return typed
+
+
+def _load(files: list[str], table: str, filters: list[tuple[str, str, Any]] | None,
+          streaming: bool, cache_dir: str | None) -> "Dataset | IterableDataset":
+    from datasets import load_dataset
+
+    dataset = load_dataset("parquet", data_files=files, split="train", streaming=streaming,
+                           cache_dir=cache_dir, filters=filters or None)
+    return dataset.cast(conversational_features(dataset.features, table))
+
+
+def _check_names(given: Sequence[str], allowed: Sequence[str], what: str) -> tuple[str, ...]:
+    if isinstance(given, str):
+        given = (given,)
+    unknown = sorted(set(given) - set(allowed))
+    if unknown or not given:
+        raise ValueError(f"{what}: {unknown or 'none given'}; allowed: {', '.join(allowed)}")
+    return tuple(dict.fromkeys(given))
+
+
+def load_preferences(out: str | Path, sources: Sequence[str] | None = None, *,
+                     streaming: bool = False, cache_dir: str | None = None,
+                     ) -> "Dataset | IterableDataset":
+    """OUT/preferences as a TRL conversational preference dataset: `prompt`, `chosen`,
+    `rejected` (message lists, tool calls as lists with arguments as objects), `tools` (a list
+    of specs), and the contract's other columns (`source`, `kind`, `*_text`, ...), which TRL
+    ignores. `sources` keeps only pairs of those sources (negative, repair, safety)."""
+    wanted = None if sources is None else _check_names(sources, PREFERENCE_SOURCES,
+                                                       "unknown preference sources")
+    filters = None if wanted is None else [("source", "in", list(wanted))]
+    return _load(listed_shards(out, "preferences"), "preferences", filters, streaming, cache_dir)
+
+
+def load_sft(out: str | Path, tables: Sequence[str] = ("trajectories",), *,
+             successful_only: bool = True, streaming: bool = False,
+             cache_dir: str | None = None) -> "Dataset | IterableDataset":
+    """OUT's trajectories (and/or repairs) as a TRL conversational language-modelling dataset:
+    `messages` and `tools`, plus the contract's other columns. `successful_only` drops
+    trajectories that failed (and rows whose task never generated: they have no messages).
+
+    Loss masking: `SFTConfig(assistant_only_loss=True)` trains the assistant turns only (TRL
+    swaps in its `qwen2_5_training.jinja`), as this project's losses train REASON + ACT and
+    never OBS or PROMPT. A repair's wrong call is an assistant turn too, so TRL trains it,
+    while the project's trainer keeps it as context without loss (span kind ERROR)."""
+    tables = _check_names(tables, SFT_TABLES, "unknown SFT tables")
+    filters = [("task", "!=", "")]  # a task that never generated has no messages
+    if successful_only:
+        filters.append(("success", "=", True))
+    parts = [_load(listed_shards(out, table), table, filters, streaming, cache_dir)
+             for table in tables]
+    if len(parts) == 1:
+        return parts[0]
+    from datasets import concatenate_datasets
+
+    common = [c for c in parts[0].column_names if all(c in p.column_names for p in parts)]
+    return concatenate_datasets([part.select_columns(common) for part in parts])

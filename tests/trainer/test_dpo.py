@@ -1,0 +1,168 @@
+"""The DPO recipe's pieces on real pipeline pairs: one step through the modified model
+(gradient reaches the ACT embedding and the MCH, the reference stays frozen), the pair
+stream (every pair once per epoch, source filters, drops counted), and the precomputed
+reference (a Ray Data pass; the same loss as the frozen copy; reused when complete)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from tests.trainer.helpers import TINY_SHAPE
+from trainer.config import load_config
+from trainer.model import AgentQwen2Config, AgentQwen2ForCausalLM
+from trainer.model.split_embedding import act_mode_from_spans
+from trainer.pair_batches import Pairs
+from trainer.pair_collate import pair_tensors
+from trainer.readers.preferences import build_pair_dataset, training_pair_batches
+from trainer.recipes.dpo import dpo_step, pair_settings
+from trainer.reference import (COMPLETE, build_reference, precompute_reference,
+                               preference_settings, reference_logps)
+from trainer.tokens import load_tokenizer, special_ids
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ("negative", "repair", "safety")
+
+
+class LocalEngine:
+    def __init__(self, model):
+        self.unwrapped = self.module = model.train()
+
+    def backward(self, loss):
+        loss.backward()
+
+
+def _special(tokenizer_dir):
+    return special_ids(load_tokenizer(str(tokenizer_dir)))
+
+
+def _checkpoint(tmp_path, tokenizer_dir, **modifications):
+    """A tiny modified model saved as the checkpoint DPO starts from."""
+    special = _special(tokenizer_dir)
+    torch.manual_seed(0)
+    config = AgentQwen2Config(**{**TINY_SHAPE, "vocab_size": 1024}, tool_call_start_id=special[
+        "tool_call_start"], im_end_id=special["im_end"], **modifications)
+    directory = tmp_path / "start"
+    AgentQwen2ForCausalLM(config).save_pretrained(directory)
+    return directory
+
+
+def _config(out, tokenizer_dir, start, *extra):
+    return load_config(ROOT / "configs" / "dpo_tiny.yaml", [
+        f"run_dir={out}/run", f"shards={out}", f"tokenizer={tokenizer_dir}",
+        f"model.init_from={start}", "model.use_landmark=false", "data.max_seq_len=2048",
+        "dpo.batch_size=3", "dpo.bucket_pool_batches=4", *extra])
+
+
+def _pool(out, rows=64):
+    shard = sorted((out / "preferences").glob("part-*.parquet"))[0]
+    table = pq.read_table(shard).slice(0, rows)
+    return table.append_column("path", pa.array([str(shard)] * table.num_rows))
+
+
+def _first_batch(table, settings):
+    """The first micro-batch the training stage composes from `table` (a pool)."""
+    batches = training_pair_batches(table, settings)
+    return Pairs.from_batch_row({name: [batches.column(name)[0].as_py()]
+                                 for name in batches.column_names})
+
+
+def _safety_pool(out):
+    table = _pool(out, rows=100_000)
+    return table.filter(pc.equal(table.column("source"), "safety")).slice(0, 6)
+
+
+def test_a_step_trains_the_act_embedding_and_the_mch_and_not_the_reference(
+        pipeline_out, trainer_tokenizer, tmp_path):
+    start = _checkpoint(tmp_path, trainer_tokenizer, split_embeddings=True, use_mch=True,
+                        use_landmark=True, landmark_block_size=32)
+    cfg = _config(pipeline_out, trainer_tokenizer, start, "model.use_landmark=true",
+                  "model.landmark_block_size=32")
+    special = _special(trainer_tokenizer)
+    pairs = _first_batch(_safety_pool(pipeline_out), pair_settings(cfg, None))
+    batch = pair_tensors(pairs, special["pad"], special["tool_call_start"], SOURCES, {})
+    policy = AgentQwen2ForCausalLM.from_pretrained(start)
+    reference = build_reference(cfg, special, 1024, torch.device("cpu"))
+    metrics, scored = dpo_step(cfg, LocalEngine(policy), batch, reference, preference_settings(cfg))
+    # safety pairs: a dangerous call rejected (MCH label 0), a benign call chosen (label 1)
+    assert metrics["mch_steps"] >= 2 and set(scored["mch_step_labels"]) == {0, 1}
+    assert metrics["sums"]["all"]["pairs"] == 3 and metrics["sums"]["safety"]["pairs"] == 3
+    assert metrics["preference"] == pytest.approx(np.log(2), abs=1e-5)  # policy == reference
+    grads = {n: p.grad for n, p in policy.named_parameters() if p.grad is not None}
+    act_rows = grads["act_embed_tokens.weight"].abs().sum(1)
+    code = act_mode_from_spans(batch["input_ids"], batch["span_ids"], special["tool_call_start"])
+    in_code = torch.unique(batch["input_ids"][code & batch["completion_mask"]])
+    assert len(in_code) and (act_rows[in_code] > 0).all()  # the completions' calls train it
+    never = torch.ones(1024, dtype=torch.bool)
+    never[torch.unique(batch["input_ids"][code])] = False
+    assert act_rows[never].sum() == 0  # and nothing outside code mode does
+    assert all(grads[n].abs().sum() > 0 for n in grads if n.startswith("mch."))
+    assert {n for n, _ in policy.named_parameters() if n.startswith("mch.")} <= set(grads)
+    assert all(p.grad is None and not p.requires_grad for p in reference.parameters())
+
+
+def test_the_pair_stream_holds_every_pair_once_and_counts_drops(ray_head, pipeline_out,
+                                                                trainer_tokenizer, tmp_path):
+    cfg = _config(pipeline_out, trainer_tokenizer, tmp_path, "data.max_seq_len=1024",
+                  "dpo.sources=[repair, safety]")
+    dataset, info = build_pair_dataset(pair_settings(cfg, None))
+    table = pq.read_table(pipeline_out / "preferences")
+    wanted = table.filter(pc.is_in(table.column("source"), pa.array(["repair", "safety"])))
+    assert info["pairs_per_source"] == {
+        s: int(pc.sum(pc.equal(wanted.column("source"), s)).as_py()) for s in ("repair", "safety")}
+    seen, dropped = [], 0
+    for row in dataset.iter_batches(batch_size=1, batch_format="numpy"):
+        pairs = Pairs.from_batch_row(row)
+        assert 1 <= len(pairs) <= 3 and set(pairs.sources) <= {"repair", "safety"}
+        for p, c, r in zip(pairs.prompt_ids, pairs.chosen_ids, pairs.rejected_ids):
+            assert len(c) and len(r) and len(p) + max(len(c), len(r)) <= 1024
+        seen += pairs.ids
+        dropped += pairs.too_long + pairs.empty
+    assert len(seen) == len(set(seen)) and set(seen) <= set(wanted.column("id").to_pylist())
+    assert len(seen) + dropped == wanted.num_rows and dropped > 0  # 1024 tokens drops some
+
+
+def test_precomputed_reference_gives_the_frozen_copys_loss(ray_head, pipeline_out,
+                                                          trainer_tokenizer, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(pipeline_out, out)
+    start = _checkpoint(tmp_path, trainer_tokenizer, split_embeddings=True, use_mch=True)
+    # repairs and safety pairs only: the pass runs the reference over every pair (CPU time)
+    cfg = _config(out, trainer_tokenizer, start, "dpo.reference=precomputed",
+                  "dpo.reference_batch_size=5", "dpo.sources=[repair, safety]")
+    directory = Path(precompute_reference(cfg, pair_settings(cfg, None)))
+    assert directory.parent == out / "reference_logps" and (directory / COMPLETE).exists()
+    parts = sorted(p.name for p in directory.glob("part-*.parquet"))
+    assert parts == sorted(p.name for p in (out / "preferences").glob("part-*.parquet"))
+    stamps = [p.stat().st_mtime_ns for p in sorted(directory.glob("part-*.parquet"))]
+    assert precompute_reference(cfg, pair_settings(cfg, None)) == str(directory)  # reused
+    assert stamps == [p.stat().st_mtime_ns for p in sorted(directory.glob("part-*.parquet"))]
+    special = _special(trainer_tokenizer)
+    pool = _pool(out, rows=100_000)
+    stored = _first_batch(pool, pair_settings(cfg, str(directory)))
+    plain = _first_batch(pool, pair_settings(cfg, None))
+    assert stored.ids == plain.ids and np.isnan(plain.ref_chosen).all()
+    batch = pair_tensors(stored, special["pad"], special["tool_call_start"], SOURCES, {})
+    reference = build_reference(cfg, special, 1024, torch.device("cpu"))
+    settings = preference_settings(cfg)
+    chosen, rejected = reference_logps(reference, batch, settings)
+    torch.testing.assert_close(batch["ref_chosen"].float(), chosen, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(batch["ref_rejected"].float(), rejected, rtol=1e-5, atol=1e-4)
+    losses = []
+    for ref in (reference, None):
+        policy = AgentQwen2ForCausalLM.from_pretrained(start)
+        metrics, _ = dpo_step(cfg, LocalEngine(policy), batch, ref, settings)
+        losses.append(metrics["loss"])
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+    other = _config(out, trainer_tokenizer, start, "dpo.reference=precomputed",
+                    "dpo.sources=[repair, safety]", "data.max_seq_len=1024")
+    from trainer.reference import reference_dir, reference_key
+
+    assert reference_dir(other, reference_key(other)) != directory  # another key, another dir

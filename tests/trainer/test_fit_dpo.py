@@ -1,0 +1,109 @@
+"""The chain SAD -> DPO as Ray Train jobs on CPU: a short SAD run, then `recipe: dpo` from
+its run directory (configs/dpo_tiny.yaml) writes per-step preference metrics overall and per
+source; a rerun resumes the step count without training a micro-batch twice; the 32B
+recipe's path (precomputed reference, DeepSpeed ZeRO-3 with its CPU accelerator) starts at
+the frozen copy's loss."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from trainer.config import load_config
+from trainer.metrics import read_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+FIRST_STEPS, RESUMED_STEPS = 3, 5
+SMALL = ["run.progress=false", "model.use_landmark=false", "data.max_seq_len=1536",
+         "optim.warmup_steps=2", "optim.lr=3e-3"]
+
+
+@pytest.fixture(scope="module")
+def sad_run(pipeline_out, trainer_tokenizer, tmp_path_factory):
+    from trainer.fit import fit
+
+    run_dir = tmp_path_factory.mktemp("chain") / "sad"
+    fit(load_config(ROOT / "configs" / "train_tiny.yaml", [
+        f"run_dir={run_dir}", f"shards={pipeline_out}", f"tokenizer={trainer_tokenizer}",
+        "run.max_steps=2", "data.batch_size=2", *SMALL]))
+    return run_dir
+
+
+def _dpo_config(run_dir, sad_run, pipeline_out, trainer_tokenizer, max_steps, *extra):
+    return load_config(ROOT / "configs" / "dpo_tiny.yaml", [
+        f"run_dir={run_dir}", f"shards={pipeline_out}", f"tokenizer={trainer_tokenizer}",
+        f"model.init_from={sad_run}", f"run.max_steps={max_steps}", "run.save_every=1",
+        "dpo.batch_size=2", "dpo.bucket_pool_batches=4", *SMALL, *extra])
+
+
+@pytest.fixture(scope="module")
+def dpo_run(sad_run, pipeline_out, trainer_tokenizer, tmp_path_factory):
+    from trainer.fit import fit
+
+    run_dir = tmp_path_factory.mktemp("chain") / "dpo"
+    result = fit(_dpo_config(run_dir, sad_run, pipeline_out, trainer_tokenizer, FIRST_STEPS))
+    return run_dir, result, read_metrics(run_dir / "metrics.jsonl")
+
+
+def test_dpo_from_a_sad_checkpoint_writes_preference_metrics(dpo_run, sad_run):
+    run_dir, result, records = dpo_run
+    assert [r["step"] for r in records] == list(range(1, FIRST_STEPS + 1))
+    assert result.data["reference"] == "model" and sum(result.data["pairs_per_source"].values())
+    first = records[0]
+    # the policy starts as its reference (the SAD checkpoint): rewards 0, loss log 2
+    assert first["dpo_loss"] == pytest.approx(math.log(2), abs=1e-5)
+    assert first["rewards/margins"] == pytest.approx(0, abs=1e-5)
+    for record in records:
+        assert {"loss", "rewards/chosen", "rewards/rejected", "rewards/margins",
+                "rewards/accuracies", "logps/chosen", "logps/rejected", "mch", "sources",
+                "tokens_per_s", "batches"} <= set(record)
+        assert record["pairs"] == sum(s["pairs"] for s in record["sources"].values()) == 2
+        assert set(record["sources"]) == {"negative", "repair", "safety"}
+        assert math.isfinite(record["loss"]) and record["logps/chosen"] < 0
+    assert any(abs(r["rewards/margins"]) > 0 for r in records[1:])  # the policy moved
+    assert any(r["mch_steps"] > 0 for r in records)
+    checkpoint = Path(result.checkpoint)
+    assert {"config.json", "model.safetensors", "trainer_state.pt"} <= {p.name for p in checkpoint.iterdir()}
+
+
+def test_rerun_resumes_without_training_a_batch_twice(dpo_run, sad_run, pipeline_out,
+                                                      trainer_tokenizer):
+    from trainer.fit import fit
+
+    run_dir, _, before = dpo_run
+    fit(_dpo_config(run_dir, sad_run, pipeline_out, trainer_tokenizer, RESUMED_STEPS))
+    records = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in records] == list(range(1, RESUMED_STEPS + 1))
+    assert records[:FIRST_STEPS] == before
+    first_leg = {h for r in before for h in r["batches"]}
+    resumed = [h for r in records[FIRST_STEPS:] for h in r["batches"]]
+    assert len(resumed) == RESUMED_STEPS - FIRST_STEPS and not set(resumed) & first_leg
+    assert records[FIRST_STEPS]["epoch"] == 0  # the same epoch, continued
+    # the schedule continues (warmup 2, cosine to step 5, floor 0.1): step 4 runs at factor
+    # 0.1 + 0.9 * (1 + cos(pi / 3)) / 2 = 0.775 of 3e-3; a restarted warmup would give 0.5
+    assert records[FIRST_STEPS]["lr"] == pytest.approx(3e-3 * 0.775)
+
+
+def test_zero3_with_a_precomputed_reference_starts_at_the_frozen_copys_loss(
+        sad_run, pipeline_out, trainer_tokenizer, tmp_path):
+    pytest.importorskip("deepspeed")
+    from trainer.fit import fit
+
+    ds_json = tmp_path / "zero3_cpu.json"
+    ds_json.write_text(json.dumps({"zero_optimization": {
+        "stage": 3, "stage3_gather_16bit_weights_on_model_save": True,
+        "stage3_param_persistence_threshold": 0}, "steps_per_print": 1000000}))
+    run_dir, cache = tmp_path / "dpo_zero3", tmp_path / "reference"
+    # safety pairs only: the reference pass scores every pair it trains on (CPU time)
+    result = fit(_dpo_config(run_dir, sad_run, pipeline_out, trainer_tokenizer, 1,
+                             "dpo.reference=precomputed", f"dpo.reference_dir={cache}",
+                             "dpo.sources=[safety]", "scaling.strategy=deepspeed",
+                             f"scaling.deepspeed_config={ds_json}"))
+    records = read_metrics(run_dir / "metrics.jsonl")
+    assert result.data["reference"] == "precomputed" and (cache / "_COMPLETE").exists()
+    assert [r["step"] for r in records] == [1] and records[0]["sources"]["safety"]["pairs"] == 2
+    assert records[0]["dpo_loss"] == pytest.approx(math.log(2), abs=1e-4)
+    assert (Path(result.checkpoint) / "model.safetensors").exists()  # gathered from the shards

@@ -1,0 +1,247 @@
+"""`preferences/` -> tokenised pairs (the DPO feed, a Ray Data stream) and MCH negatives
+(the SAD feed), from the text the pipeline wrote: `prompt_text` (the conversation up to the
+decision, ending with the assistant header), `chosen_text` and `rejected_text` (the two
+competing turns), so `prompt_text + chosen_text` is exactly the trajectory's text up to that
+turn. Nothing is re-rendered; span labels come from the contract's `chat_spans`.
+
+Tokenising a pair follows TRL: the prompt alone and prompt + each completion are tokenised,
+and the completion starts where their tokens diverge (the chat markers are special tokens,
+so this is the prompt's end in practice). A pair longer than `max_seq_len` (prompt + either
+completion) is dropped, not cut (a cut prompt loses the system turn and tools, a cut
+completion its call), and counted; so is a pair with an empty completion.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from trainer import pair_batches, tokens
+from trainer.contract import PREFERENCE_COLUMNS, TOOL_CALL_OPEN, chat_spans
+from trainer.documents import DocumentRows, ReadSettings, paired_rows
+
+NEGATIVE_SOURCE = "negative"
+REFERENCE_COLUMNS = ("id", "ref_chosen", "ref_rejected")
+
+
+@dataclass(frozen=True)
+class PairSettings:
+    """What the pair stream needs (built from the DPO recipe's config)."""
+
+    shards: str                          # OUT root (holds preferences/)
+    tokenizer: str
+    max_seq_len: int = 2048
+    sources: tuple[str, ...] = ("negative", "repair", "safety")
+    pairs_per_batch: int = 4
+    bucket_pool_batches: int = 8
+    seed: int = 0
+    reference_dir: str | None = None     # precomputed reference log-probs (part-K beside)
+
+
+# -- pairs (DPO) -----------------------------------------------------------------------------
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    size = min(len(a), len(b))
+    differ = np.flatnonzero(np.asarray(a[:size]) != np.asarray(b[:size]))
+    return int(differ[0]) if len(differ) else size
+
+
+@dataclass
+class TokenisedPairs:
+    table: pa.Table          # trainer.pair_batches.PAIR_SCHEMA (+ `path` when the input had it)
+    too_long: int = 0
+    empty: int = 0
+
+
+def tokenize_pairs(table: pa.Table, tokenizer: tokens.TextTokenizer, max_seq_len: int,
+                   ) -> TokenisedPairs:
+    """Preference rows -> the pair table (module doc); reference log-probs left NaN."""
+    prompts = table.column("prompt_text").to_pylist()
+    chosen = table.column("chosen_text").to_pylist()
+    rejected = table.column("rejected_text").to_pylist()
+    texts = [text for p, c, r in zip(prompts, chosen, rejected) for text in (p, p + c, p + r)]
+    ids, offsets = tokenizer.encode(texts)
+    out: dict[str, list[Any]] = {name: [] for name in pair_batches.PAIR_SCHEMA.names}
+    paths = table.column("path").to_pylist() if "path" in table.column_names else None
+    kept_paths, too_long, empty = [], 0, 0
+    for i, (pair_id, source) in enumerate(zip(table.column("id").to_pylist(),
+                                              table.column("source").to_pylist())):
+        prompt, with_chosen, with_rejected = ids[3 * i], ids[3 * i + 1], ids[3 * i + 2]
+        start = min(_common_prefix(prompt, with_chosen), _common_prefix(prompt, with_rejected))
+        if start >= len(with_chosen) or start >= len(with_rejected):
+            empty += 1
+            continue
+        if max(len(with_chosen), len(with_rejected)) > max_seq_len:
+            too_long += 1
+            continue
+        chosen_spans = tokens.label_tokens(offsets[3 * i + 1], chat_spans(texts[3 * i + 1]))
+        rejected_spans = tokens.label_tokens(offsets[3 * i + 2], chat_spans(texts[3 * i + 2]))
+        out["id"].append(pair_id)
+        out["source"].append(source)
+        out["prompt_ids"].append(with_chosen[:start])
+        out["chosen_ids"].append(with_chosen[start:])
+        out["rejected_ids"].append(with_rejected[start:])
+        out["prompt_spans"].append(chosen_spans[:start])
+        out["chosen_spans"].append(chosen_spans[start:])
+        out["rejected_spans"].append(rejected_spans[start:])
+        out["ref_chosen"].append(float("nan"))
+        out["ref_rejected"].append(float("nan"))
+        out["n_tokens"].append(max(len(with_chosen), len(with_rejected)))
+        if paths is not None:
+            kept_paths.append(paths[i])
+    pairs = pa.Table.from_pydict(out, schema=pair_batches.PAIR_SCHEMA)
+    if paths is not None:
+        pairs = pairs.append_column("path", pa.array(kept_paths, pa.string()))
+    return TokenisedPairs(pairs, too_long, empty)
+
+
+def selected(table: pa.Table, sources: tuple[str, ...]) -> pa.Table:
+    return table.filter(pc.is_in(table.column("source"), value_set=pa.array(list(sources))))
+
+
+def attach_reference(pairs: pa.Table, reference_dir: str) -> pa.Table:
+    """Fill ref_chosen / ref_rejected from the precomputed part-K files beside the pairs'
+    shards (`path` column). A pair without one means the cache does not match the data."""
+    values: dict[str, tuple[float, float]] = {}
+    for path in sorted(set(pairs.column("path").to_pylist())):
+        stored = Path(reference_dir) / Path(path).name
+        if stored.exists():
+            for row in pq.read_table(stored, columns=list(REFERENCE_COLUMNS)).to_pylist():
+                values[row["id"]] = (row["ref_chosen"], row["ref_rejected"])
+    ids = pairs.column("id").to_pylist()
+    missing = [pair_id for pair_id in ids if pair_id not in values]
+    if missing:
+        raise ValueError(f"{len(missing)} pairs have no precomputed reference log-probs in "
+                         f"{reference_dir} (e.g. {missing[0]}); delete that directory to "
+                         f"recompute it")
+    chosen = pa.array([values[pair_id][0] for pair_id in ids], pa.float64())
+    rejected = pa.array([values[pair_id][1] for pair_id in ids], pa.float64())
+    pairs = pairs.set_column(pairs.schema.get_field_index("ref_chosen"), "ref_chosen", chosen)
+    return pairs.set_column(pairs.schema.get_field_index("ref_rejected"), "ref_rejected", rejected)
+
+
+def pair_table(table: pa.Table, settings: PairSettings) -> pa.Table:
+    """Ray Data stage of the precompute pass: preference rows -> pair table with `path`."""
+    tokenizer = tokens.load_tokenizer(settings.tokenizer)
+    return tokenize_pairs(selected(table, settings.sources), tokenizer, settings.max_seq_len).table
+
+
+def training_pair_batches(table: pa.Table, settings: PairSettings) -> pa.Table:
+    """Ray Data stage of the DPO feed: a pool of preference rows -> its micro-batches."""
+    tokenizer = tokens.load_tokenizer(settings.tokenizer)
+    tokenised = tokenize_pairs(selected(table, settings.sources), tokenizer, settings.max_seq_len)
+    pairs = tokenised.table
+    if settings.reference_dir is not None and pairs.num_rows:
+        pairs = attach_reference(pairs, settings.reference_dir)
+    if "path" in pairs.column_names:
+        pairs = pairs.drop_columns(["path"])
+    return pair_batches.compose_pairs(pairs, settings.pairs_per_batch, settings.seed,
+                                      tokenised.too_long, tokenised.empty)
+
+
+def preference_files(shards: str | Path) -> list[str]:
+    """The preference shards, checked for the contract's columns (fail before any work)."""
+    root = Path(shards)
+    files = sorted(str(p) for p in (root / "preferences").glob("part-*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"no preference shards under {root / 'preferences'} (generate "
+                                f"with negatives.enabled or critics.enabled)")
+    missing = [c for c in PREFERENCE_COLUMNS if c not in pq.read_schema(files[0]).names]
+    if missing:
+        raise ValueError(f"{files[0]} lacks required columns {missing}")
+    return files
+
+
+def count_sources(files: list[str]) -> dict[str, int]:
+    """Pairs per source over all shards (one column read)."""
+    counts: dict[str, int] = {}
+    for file in files:
+        for value in pc.value_counts(pq.read_table(file, columns=["source"]).column("source")
+                                     .combine_chunks()).to_pylist():
+            counts[value["values"]] = counts.get(value["values"], 0) + value["counts"]
+    return counts
+
+
+def build_pair_dataset(settings: PairSettings) -> tuple[Any, dict[str, Any]]:
+    """The DPO training stream (one row per micro-batch of pairs) and what it was built
+    from: Ray Data, lazily executed."""
+    import ray
+
+    files = preference_files(settings.shards)
+    counts = count_sources(files)
+    chosen = {source: counts.get(source, 0) for source in settings.sources}
+    if not any(chosen.values()):
+        raise ValueError(f"{settings.shards}/preferences holds no pairs of sources "
+                         f"{list(settings.sources)} (it has {counts})")
+    with_paths = settings.reference_dir is not None
+    dataset = ray.data.read_parquet(files, include_paths=with_paths)
+    dataset = dataset.select_columns(list(PREFERENCE_COLUMNS) + (["path"] if with_paths else []))
+    dataset = dataset.randomize_block_order(seed=settings.seed)
+    dataset = dataset.map_batches(training_pair_batches, fn_kwargs={"settings": settings},
+                                  batch_format="pyarrow",
+                                  batch_size=settings.pairs_per_batch * settings.bucket_pool_batches)
+    info = {"preference_shards": len(files), "pairs_per_source": chosen,
+            "reference": "precomputed" if with_paths else "model",
+            "reference_dir": settings.reference_dir}
+    return dataset, info
+
+
+# -- MCH negatives (SAD) -------------------------------------------------------------------
+
+def negative_documents(table: pa.Table, settings: ReadSettings, wanted: int,
+                       complexity: dict[str, float]) -> DocumentRows:
+    """Up to `wanted` MCH negatives of the trajectories in `table` (which has `path`): the
+    `negative` pairs of preferences/ of the same chunk, each `prompt_text + rejected_text`
+    (the source trajectory cut after the wrong call), chosen by a fixed rank of the pair id
+    (the same negatives every epoch and rerun). LM weight 0; the wrong call labelled 0 and
+    the source's calls before it 1, so every negative holds both classes. Each carries its
+    source trajectory's complexity, so the curriculum admits it together with its source."""
+    if wanted <= 0:
+        return DocumentRows()
+    pool = table.select(["id", "success", "path"]).to_pylist()
+    success = {row["id"]: bool(row["success"]) for row in pool}
+    found = paired_rows({row["id"]: row["path"] for row in pool}, "preferences", "trajectory_id",
+                        ["id", "trajectory_id", "prompt_text", "rejected_text"],
+                        [("source", "=", NEGATIVE_SOURCE)])
+    if found is None:
+        return DocumentRows()
+    candidates = sorted((pair for pair in found.to_pylist()
+                         if TOOL_CALL_OPEN in pair["rejected_text"]),
+                        key=lambda pair: zlib.crc32(pair["id"].encode()))
+    rows = DocumentRows()
+    # Candidates are tokenised in rounds: a wrong call beyond max_seq_len is no example.
+    position = 0
+    while len(rows) < wanted and position < len(candidates):
+        batch = candidates[position:position + wanted - len(rows)]
+        position += len(batch)
+        texts = [pair["prompt_text"] + pair["rejected_text"] for pair in batch]
+        owners = [(complexity.get(pair["trajectory_id"], 0.0), success[pair["trajectory_id"]])
+                  for pair in batch]
+        rows.extend(_tokenised_negatives(texts, owners, settings))
+    return rows
+
+
+def _tokenised_negatives(texts: list[str], owners: list[tuple[float, bool]],
+                         settings: ReadSettings) -> DocumentRows:
+    """Negative documents of texts ending with the wrong call; `owners`: the source's
+    (complexity, success) per text."""
+    rows = DocumentRows()
+    if not texts:
+        return rows
+    tokenizer = tokens.load_tokenizer(settings.tokenizer)
+    call_id = tokens.special_ids(tokenizer)["tool_call_start"]
+    ids, labels = tokens.tokenize_with_spans(tokenizer, texts, [chat_spans(t) for t in texts])
+    for row_ids, row_spans, (score, success) in zip(ids, labels, owners):
+        ends = tokens.tool_call_step_ends(np.asarray(row_ids), row_spans, call_id)
+        if ends and ends[-1] < settings.max_seq_len:  # else the wrong call would be cut off
+            rows.add(input_ids=np.asarray(row_ids, dtype=np.int32), span_ids=row_spans,
+                     mch_positions=ends, mch_labels=[1 if success else -1] * (len(ends) - 1) + [0],
+                     lm_weight=0.0, complexity=score)
+    return rows

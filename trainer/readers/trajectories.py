@@ -1,0 +1,71 @@
+"""`trajectories/` (and any table with the trajectory contract columns) -> documents: the
+stored tokens when the shard has them (an LLM teacher's exact ids), else tokenised here with
+span labels from the `spans` column; tool-call steps of successful rows are MCH steps
+labelled 1, a repair's ERROR calls steps labelled 0."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from trainer import tokens
+from trainer.contract import ERROR, TRAINED_SPANS
+from trainer.documents import DocumentRows, ReadSettings
+
+
+
+def _token_columns(table: pa.Table, tokenizer: tokens.TextTokenizer,
+                   ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Stored token ids when the shard has them (exact teacher tokens), else tokenised here."""
+    if "input_ids" in table.column_names and "span_ids" in table.column_names:
+        ids = [np.asarray(x, dtype=np.int32) for x in table.column("input_ids").to_pylist()]
+        spans = [np.asarray(x, dtype=np.int8) for x in table.column("span_ids").to_pylist()]
+        return ids, spans
+    encoded, labels = tokens.tokenize_with_spans(tokenizer, table.column("text").to_pylist(),
+                                                 table.column("spans").to_pylist())
+    return [np.asarray(x, dtype=np.int32) for x in encoded], labels
+
+
+def _trained_tokens(span_ids: np.ndarray) -> int:
+    return int(np.isin(span_ids, TRAINED_SPANS).sum())
+
+
+def _steps(ids: np.ndarray, spans: np.ndarray, call_id: int, success: bool, limit: int,
+           ) -> tuple[list[int], list[int]]:
+    """MCH positions and labels of a trajectory-shaped document: its tool calls (1 when the
+    document is a success, else -1 = not scored) and its ERROR calls (0), inside `limit`."""
+    scored = [(end, 1 if success else -1)
+              for end in tokens.tool_call_step_ends(ids, spans, call_id)]
+    scored += [(end, 0) for end in tokens.tool_call_step_ends(ids, spans, call_id,
+                                                              kind=ERROR)]
+    scored = sorted(step for step in scored if step[0] < limit)
+    return [end for end, _ in scored], [label for _, label in scored]
+
+
+def trajectory_shaped_documents(table: pa.Table, settings: ReadSettings, lm_weight: float,
+                                ) -> tuple[DocumentRows, list[float]]:
+    """Documents of a table with the trajectory contract columns (trajectories, repairs),
+    and the complexity of every input row (also of rows not emitted). A row whose kept
+    prefix holds no REASON/ACT token is not emitted: it would be a step without LM loss."""
+    tokenizer = tokens.load_tokenizer(settings.tokenizer)
+    call_id = tokens.special_ids(tokenizer)["tool_call_start"]
+    ids, spans = _token_columns(table, tokenizer)
+    success, n_steps = table.column("success").to_pylist(), table.column("n_steps").to_pylist()
+    with_topk = settings.read_topk and "teacher_topk_ids" in table.column_names
+    topk_ids = table.column("teacher_topk_ids").to_pylist() if with_topk else None
+    topk_lp = table.column("teacher_topk_logprobs").to_pylist() if with_topk else None
+    limit, rows, scores = settings.max_seq_len, DocumentRows(), []
+    for i in range(table.num_rows):
+        row_ids, row_spans = ids[i][:limit], spans[i][:limit]
+        entropy = tokens.topk_entropy(topk_lp[i][:limit]) if with_topk else 0.0
+        score = tokens.complexity(n_steps[i] or 0, row_spans, entropy, settings.complexity_weights)
+        scores.append(score)
+        if not _trained_tokens(row_spans):
+            continue
+        positions, labels = _steps(ids[i], spans[i], call_id, bool(success[i]), limit) \
+            if settings.use_mch else ([], [])
+        rows.add(input_ids=row_ids, span_ids=row_spans, mch_positions=positions,
+                 mch_labels=labels, lm_weight=lm_weight, complexity=score,
+                 teacher_topk_ids=topk_ids[i][:limit] if with_topk else [],
+                 teacher_topk_logprobs=topk_lp[i][:limit] if with_topk else [])
+    return rows, scores
