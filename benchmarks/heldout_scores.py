@@ -62,13 +62,18 @@ def flat_scores(report: dict[str, Any], span_chars: int) -> dict[str, Any]:
 def score_checkpoint(checkpoint: str, num_tasks: int, *, episodes: bool = False,
                      irr_tasks: int = 0, envs: Sequence[str] = ("sql", "fs", "enterprise"),
                      eval_seed: int = 0, shards: Sequence[str] = (), threads: int = 1,
+                     max_new_tokens: int = 256,
                      ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(flat record, full report) of `trainer eval` on `num_tasks` held-out tasks."""
+    """(flat record, full report) of `trainer eval` on `num_tasks` held-out tasks: step
+    level, and episodes (+ IRR) when asked. The preference, negative-kind and safety
+    sections are off (not in these tables; safety alone costs ~10 min a checkpoint on a
+    loaded 2-core machine)."""
     from trainer.eval import EvalConfig, evaluate
 
     config = EvalConfig(checkpoint=checkpoint, envs=tuple(envs), num_tasks=num_tasks,
                         eval_seed=eval_seed, shards=tuple(shards), steps=True,
                         episodes=episodes, irr_tasks=irr_tasks if episodes else 0,
-                        threads=threads)
+                        preferences=False, negatives=False, safety=False, safety_worlds=0,
+                        max_new_tokens=max_new_tokens, threads=threads)
     report = evaluate(config)
     return flat_scores(report, heldout_span_chars(tuple(envs), num_tasks, eval_seed)), report

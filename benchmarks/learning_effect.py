@@ -19,7 +19,10 @@
 
 Writes OUT/results.md (both tables, mean +- half the range over seeds, the `uptime` load),
 OUT/learning_effect.png and OUT/arms/*.json. Resumable: an arm whose JSON exists is not
-redone, a checkpoint without a JSON is only evaluated. One torch thread.
+redone, a checkpoint without a JSON is only evaluated. One torch thread per process.
+Parallel: processes with disjoint `--arms` x `--seeds` may share OUT (start KD arms only
+once OUT/arms/teacher.json exists, or two processes train the teacher); a last run with all
+arms reads them back and writes the report.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import os
 import subprocess
 import sys
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +45,16 @@ import torch  # noqa: E402
 
 from heldout_scores import score_checkpoint  # noqa: E402
 from learning_tables import conclusion, markdown_table, plot  # noqa: E402
-from local_training import composed_rows, steps_for_budget, train_locally  # noqa: E402
+from local_training import ComposedRows, composed_rows, steps_for_budget, train_locally  # noqa: E402
 from trainer.config import TrainConfig, load_config  # noqa: E402
+from trainer.data import DataSettings  # noqa: E402
 from trainer.recipes.sad import data_settings  # noqa: E402
 
 OBJECTIVES = {"sft": ["loss.objective=sft", "loss.teacher=onehot"],
               "token_kd": ["loss.objective=token_kd", "loss.teacher=online"],
               "sad": ["loss.objective=sad", "loss.teacher=online"]}
 REPAIRS = ["data.tables=[trajectories, repairs]"]
+ARMS = ("sft", "token_kd", "sad", "sad+repairs")
 TEACHER = ["model.builder=small", "model.use_mch=false", "loss.objective=sft",
            "loss.teacher=onehot"]
 
@@ -57,6 +63,13 @@ def load(args: argparse.Namespace, run_dir: Path, *overrides: str) -> TrainConfi
     return load_config(ROOT / "configs" / "train_tiny.yaml",
                        [f"run_dir={run_dir}", f"shards={args.shards}",
                         f"tokenizer={args.tokenizer}", *overrides, *args.set])
+
+
+@lru_cache(maxsize=2)
+def epoch_rows(settings: DataSettings) -> ComposedRows:
+    """The stream's epoch for these settings, composed once per process (the arms of one
+    seed read the same batches; composing an epoch costs ~12 CPU-s)."""
+    return composed_rows(settings)
 
 
 def load_text() -> list[float]:
@@ -70,6 +83,12 @@ class Bench:
         self.args, self.out = args, Path(args.out)
         (self.out / "arms").mkdir(parents=True, exist_ok=True)
         self.teacher_dir = self.out / "teacher"
+        self.started_file = self.out / "started"
+        if not self.started_file.exists():
+            self.started_file.write_text(str(time.time()))
+
+    def elapsed_minutes(self) -> float:
+        return (time.time() - float(self.started_file.read_text())) / 60
 
     def result_file(self, arm: str) -> Path:
         return self.out / "arms" / f"{arm}.json"
@@ -86,7 +105,7 @@ class Bench:
         if summary_file.exists():
             return json.loads(summary_file.read_text())
         cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"max_steps": steps})})
-        rows = composed_rows(data_settings(cfg)) if steps else None
+        rows = epoch_rows(data_settings(cfg)) if steps else None
         started_load = load_text()
         run = train_locally(cfg, rows.take(steps) if rows else [], checkpoint,
                             max_cpu_s=self.args.max_cpu_factor * cpu_budget_s)
@@ -100,7 +119,8 @@ class Bench:
         started_load = load_text()
         scores, report = score_checkpoint(
             str(checkpoint), self.args.num_tasks, episodes=True,
-            irr_tasks=self.args.irr_tasks if irr else 0, shards=[self.args.shards])
+            irr_tasks=self.args.irr_tasks if irr else 0, shards=[self.args.shards],
+            max_new_tokens=self.args.max_new_tokens)
         (checkpoint / "eval_report.json").write_text(json.dumps(report, indent=2, default=str))
         result = {"arm": arm, **training, **scores, "load_eval": [started_load, load_text()]}
         self.result_file(arm).write_text(json.dumps(result, indent=2))
@@ -113,7 +133,7 @@ class Bench:
             return cached
         cfg = load(self.args, self.teacher_dir, *TEACHER, f"run.seed={self.args.seeds[0]}")
         steps = self.args.teacher_steps or steps_for_budget(
-            cfg, composed_rows(data_settings(cfg)).spread(6), self.args.teacher_cpu_s)
+            cfg, epoch_rows(data_settings(cfg)).spread(6), self.args.teacher_cpu_s)
         training = self.train("teacher", cfg, steps, self.args.teacher_cpu_s)
         return self.evaluate("teacher", self.teacher_dir, training, irr=False)
 
@@ -145,7 +165,7 @@ class Bench:
             return json.loads(plan_file.read_text())["student_steps"]
         cfg = load(self.args, self.out / "plan", *OBJECTIVES["sft"])
         steps = self.args.student_steps or steps_for_budget(
-            cfg, composed_rows(data_settings(cfg)).spread(6), self.args.student_cpu_s)
+            cfg, epoch_rows(data_settings(cfg)).spread(6), self.args.student_cpu_s)
         plan_file.write_text(json.dumps({"student_steps": steps, "load": load_text()}))
         return steps
 
@@ -156,7 +176,10 @@ def main() -> int:
                         "(with negatives/ and repairs/)")
     parser.add_argument("--tokenizer", required=True, help="the shipped recipe's tokenizer")
     parser.add_argument("--out", required=True, help="results, checkpoints (resumable)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1],
+                        help="student seeds; runs with disjoint seeds may share OUT in "
+                        "parallel once OUT/plan.json exists (teacher and floor done)")
+    parser.add_argument("--untrained-seed", type=int, default=0, help="the floor's init seed")
     parser.add_argument("--teacher-cpu-s", type=float, default=600.0,
                         help="CPU seconds of teacher training (sets its steps)")
     parser.add_argument("--teacher-steps", type=int, default=None, help="instead of the budget")
@@ -167,24 +190,32 @@ def main() -> int:
                         help="stop an arm past this multiple of its budget (unattended guard)")
     parser.add_argument("--num-tasks", type=int, default=30, help="held-out tasks")
     parser.add_argument("--irr-tasks", type=int, default=15, help="IRR tasks (SAD arms)")
+    parser.add_argument("--max-new-tokens", type=int, default=256,
+                        help="tokens per generated turn in the episodes (a demo turn with "
+                        "the 8k `lines` tokenizer is well under 128)")
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS),
+                        help="student arms to run (the report needs all: run once more with "
+                        "all arms to write it; finished arms are read back)")
     parser.add_argument("--set", nargs="*", default=[], help="overrides for every run")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    started = time.perf_counter()
     bench = Bench(args)
-    results = {"teacher": [bench.teacher()]}
-    steps = bench.student_steps_for_budget()
-    results["untrained"] = [bench.untrained(seed) for seed in args.seeds[:1]]
-    for objective in OBJECTIVES:
-        results[objective] = [bench.student(f"{objective}-s{seed}", objective, seed, steps, False)
-                              for seed in args.seeds]
-    results["sad+repairs"] = [bench.student(f"sad+repairs-s{seed}", "sad", seed, steps, True)
-                              for seed in args.seeds]
-    write_report(bench, results, steps, time.perf_counter() - started)
+    results: dict[str, list[dict]] = {}
+    if "sft" in args.arms:  # the floor goes with the baseline (no teacher needed for either)
+        results["untrained"] = [bench.untrained(args.untrained_seed)]
+    if set(args.arms) - {"sft"}:
+        results["teacher"] = [bench.teacher()]
+    steps = bench.student_steps_for_budget()  # OUT/plan.json
+    for arm in args.arms:
+        objective, repairs = arm.removesuffix("+repairs"), arm.endswith("+repairs")
+        results[arm] = [bench.student(f"{arm}-s{seed}", objective, seed, steps, repairs)
+                        for seed in args.seeds]
+    if set(args.arms) == set(ARMS):
+        write_report(bench, results, steps)
     return 0
 
 
-def write_report(bench: Bench, results: dict[str, list[dict]], steps: int, seconds: float) -> None:
+def write_report(bench: Bench, results: dict[str, list[dict]], steps: int) -> None:
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     main_arms = ["untrained", "sft", "token_kd", "sad", "teacher"]
@@ -193,7 +224,8 @@ def write_report(bench: Bench, results: dict[str, list[dict]], steps: int, secon
              if key in r]
     flat = [x for pair in loads for one in pair for x in one[:1]]
     text = [f"# Learning effect ({commit}, {bench.args.num_tasks} held-out tasks, seeds "
-            f"{bench.args.seeds}, {steps} student steps, this run {seconds / 60:.0f} min; "
+            f"{bench.args.seeds}, {steps} student steps, {bench.elapsed_minutes():.0f} min "
+            f"since OUT was started; "
             f"1-minute load average during it {min(flat):.1f}-{max(flat):.1f})\n",
             markdown_table({arm: results[arm] for arm in main_arms}),
             "\n" + conclusion(results) + "\n",

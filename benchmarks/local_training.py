@@ -38,24 +38,42 @@ from trainer.student import build_student, round_up
 from trainer.tokens import load_tokenizer, special_ids
 
 
-@dataclass
 class ComposedRows:
-    """One epoch of the stream: composed micro-batches as the training loop gets them."""
+    """The stream's epoch: composed micro-batches as the training loop gets them, composed
+    shard by shard on demand (an arm of a few hundred steps reads one or two of the demo's
+    six shards, not all of them)."""
 
-    epoch: list[dict[str, list]]
-    cpu_seconds: float                # reading, tokenising and composing them
+    def __init__(self, settings: DataSettings, files: list[str]) -> None:
+        self.settings, self.files = settings, files
+        self.epoch: list[dict[str, list]] = []
+        self.files_read = 0
+        self.cpu_seconds = 0.0        # reading, tokenising and composing them
+
+    def _compose_until(self, count: int) -> None:
+        while len(self.epoch) < count and self.files_read < len(self.files):
+            started = time.process_time()
+            self.epoch.extend(_epoch_rows(self.settings, [self.files[self.files_read]]))
+            self.files_read += 1
+            self.cpu_seconds += time.process_time() - started
+        if not self.epoch:
+            raise ValueError("the shards yield no micro-batch (no REASON/ACT within max_seq_len)")
 
     def take(self, steps: int) -> list[dict[str, list]]:
         """The first `steps` micro-batches, epochs repeating (the stream's fixed seed gives
         the same batches every epoch)."""
+        self._compose_until(steps)
         return [self.epoch[i % len(self.epoch)] for i in range(steps)]
 
     def epochs(self, steps: int) -> float:
-        return steps / len(self.epoch)
+        """Passes over the data `steps` micro-batches make (estimated from the shards read
+        when not all were needed)."""
+        self._compose_until(1)
+        return steps / (len(self.epoch) * len(self.files) / self.files_read)
 
     def spread(self, count: int) -> list[dict[str, list]]:
-        """`count` micro-batches evenly spread over the epoch (a cost sample: batches are
-        length-bucketed, so the first few can be all short or all long)."""
+        """`count` micro-batches evenly spread over those composed so far (a cost sample:
+        batches are length-bucketed, so the first few can be all short or all long)."""
+        self._compose_until(count)
         return [self.epoch[i * len(self.epoch) // count] for i in range(count)]
 
 
@@ -73,17 +91,13 @@ def _epoch_rows(settings: DataSettings, files: list[str]) -> list[dict[str, list
 
 
 def composed_rows(settings: DataSettings) -> ComposedRows:
-    """An epoch of the stream: shards in an order drawn from the seed (Ray Data's
-    `randomize_block_order`, one block per shard here), pools of consecutive rows."""
-    started = time.process_time()
+    """The stream's epoch, composed lazily: shards in an order drawn from the seed (Ray
+    Data's `randomize_block_order`, one block per shard here), pools of consecutive rows."""
     files = sorted(glob.glob(f"{settings.shards}/trajectories/part-*.parquet"))
     if not files:
         raise FileNotFoundError(f"no trajectory shards under {settings.shards}/trajectories")
     order = np.random.default_rng(settings.seed).permutation(len(files))
-    epoch = _epoch_rows(settings, [files[i] for i in order])
-    if not epoch:
-        raise ValueError("the shards yield no micro-batch (no REASON/ACT within max_seq_len)")
-    return ComposedRows(epoch, time.process_time() - started)
+    return ComposedRows(settings, [files[i] for i in order])
 
 
 @dataclass

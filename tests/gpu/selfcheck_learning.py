@@ -55,10 +55,12 @@ from trainer.tokens import TextTokenizer, special_ids, tokenize_with_spans  # no
 ENVS = ("sql", "fs", "enterprise")
 OBJECTIVES = ("sft", "token_kd", "sad")
 SIZES = {  # (train tasks, held-out tasks, teacher steps, student steps, batch, max_len,
-    #         tokens per generated turn, episode turns)
-    "full": (3000, 60, 400, 300, 8, 4096, 256, 12),
+    #         tokens per generated turn, episode turns). A demo turn is at most ~230 tokens
+    #         with SmolLM2's tokenizer, ~70 with the 8k `lines` BPE (measured on out/demo).
+    "full": (2000, 45, 400, 300, 8, 4096, 256, 12),
     "smoke": (24, 3, 3, 3, 2, 4096, 12, 1),
 }
+EPISODE_BUDGET = 0.75  # past this share of --budget-s, later models skip their episodes
 
 
 def oracle_texts(count: int, seed: int) -> tuple[list[str], list[list[dict]], set[str]]:
@@ -157,9 +159,11 @@ def train(model, data: list, objective: str, teacher, lr: float, device: torch.d
             signal = TeacherSignal("onehot")
             if objective != "sft":
                 with torch.no_grad():
-                    out = teacher(input_ids=ids, span_ids=spans, return_hidden=True, logits_to_keep=1)
+                    out = teacher(input_ids=ids, span_ids=spans, use_cache=False,
+                                  return_hidden=True, logits_to_keep=1)
                 signal = TeacherSignal("online", hidden=out.hidden, head=teacher.lm_head)
-            out = model(input_ids=ids, span_ids=spans, loss_fn=make_loss_fn(ids, spans, signal, settings))
+            out = model(input_ids=ids, span_ids=spans, use_cache=False,
+                        loss_fn=make_loss_fn(ids, spans, signal, settings))
         engine.backward(out.loss)
         engine.step()
         losses.append(float(out.loss.detach()))
@@ -225,6 +229,9 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (CPU suite)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--no-episodes", dest="episodes", action="store_false")
+    parser.add_argument("--budget-s", type=float, default=600.0, help="wall-clock target: "
+                        f"models evaluated after {EPISODE_BUDGET:.0%} of it skip their episodes "
+                        "(reported as skipped; the step-level metrics always run)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("FAIL: no CUDA device", file=sys.stderr)
@@ -232,8 +239,29 @@ def main() -> int:
     device = torch.device(args.device)
     n_train, n_heldout, teacher_steps, student_steps, batch, max_len, turn_tokens, turns = \
         SIZES["smoke" if args.smoke else "full"]
+    if args.teacher_init is None:  # the `lines` BPE: a demo turn is at most ~70 tokens
+        turn_tokens = min(turn_tokens, 128)
     decode = dict(turn_tokens=turn_tokens, turns=turns)
     started, failures, rows = time.perf_counter(), [], {}
+
+    def log(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.0f} s] {message}", flush=True)
+
+    def episodes_now() -> bool:
+        return args.episodes and time.perf_counter() - started < EPISODE_BUDGET * args.budget_s
+
+    def scored(model, name: str, fitted: dict | None) -> dict:
+        play_now = episodes_now()
+        record = evaluate(model, tokenizer_dir, tasks, workdir, name, device,
+                          play_now and fitted is not None, **decode)
+        if args.episodes and fitted is not None and not play_now:
+            record["episodes_skipped"] = "time budget (--budget-s)"
+        if fitted is not None:
+            record |= {"train_s": fitted["seconds"], "tokens_per_s": fitted["tokens_per_s"]}
+        log(f"{name}: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v
+                                      for k, v in record.items()}))
+        return record
+
     workdir = Path(tempfile.mkdtemp(prefix="selfcheck-learning-"))
     texts, spans, instructions = oracle_texts(n_train, seed=0)
     tasks = heldout(n_heldout, instructions)
@@ -241,7 +269,7 @@ def main() -> int:
     tokenizer = TextTokenizer(tokenizer_dir)
     special = special_ids(tokenizer)
     docs = encode(tokenizer, texts, spans, max_len)
-    print(f"{len(docs)} training trajectories, {len(tasks)} held-out tasks, vocabulary {len(tokenizer)}")
+    log(f"{len(docs)} training trajectories, {len(tasks)} held-out tasks, vocabulary {len(tokenizer)}")
 
     if args.teacher_init:
         teacher = AgentQwen2ForCausalLM.from_pretrained(args.teacher_init, dtype=torch.float32)
@@ -250,12 +278,9 @@ def main() -> int:
         teacher, teacher_lr = new_model("tiny" if args.smoke else "teacher", len(tokenizer), special, 0), 1e-3
     student_shape = "tiny" if args.smoke else "student"
     untrained = new_model(student_shape, len(tokenizer), special, args.seeds[0])
-    rows["untrained"] = [evaluate(untrained.to(device), tokenizer_dir, tasks, workdir, "untrained", device,
-                                   False, **decode)]
+    rows["untrained"] = [scored(untrained.to(device), "untrained", None)]
     fitted = train(teacher, batches(docs, batch, teacher_steps, 0, special["pad"]), "sft", None, teacher_lr, device)
-    rows["teacher"] = [evaluate(teacher, tokenizer_dir, tasks, workdir, "teacher", device, args.episodes,
-                                **decode)
-                       | {"train_s": fitted["seconds"], "tokens_per_s": fitted["tokens_per_s"]}]
+    rows["teacher"] = [scored(teacher, "teacher", fitted)]
     check_training("teacher", fitted, failures)
     teacher.eval().requires_grad_(False)
     for objective in OBJECTIVES:
@@ -265,9 +290,7 @@ def main() -> int:
             fitted = train(student, batches(docs, batch, student_steps, seed, special["pad"]),
                            objective, teacher, 3e-3, device)
             check_training(f"{objective} seed {seed}", fitted, failures)
-            rows[objective].append(evaluate(student, tokenizer_dir, tasks, workdir, f"{objective}-{seed}",
-                                            device, args.episodes, **decode)
-                                   | {"train_s": fitted["seconds"], "tokens_per_s": fitted["tokens_per_s"]})
+            rows[objective].append(scored(student, f"{objective}-{seed}", fitted))
     floor = rows["untrained"][0]["nats_per_char"]
     for arm in ("teacher",) + OBJECTIVES:
         if not args.smoke and any(r["nats_per_char"] >= floor for r in rows[arm]):
