@@ -72,6 +72,17 @@ def epoch_rows(settings: DataSettings) -> ComposedRows:
     return composed_rows(settings)
 
 
+def trained_elsewhere(checkpoint: Path) -> dict[str, Any]:
+    """The training summary of a `--teacher-from` checkpoint, from the metrics.jsonl that
+    benchmarks/local_training.py writes (steps and CPU seconds), when it is there."""
+    metrics = checkpoint / "metrics.jsonl"
+    if not metrics.exists():
+        return {"steps": None, "cpu_s": float("nan"), "teacher_from": str(checkpoint)}
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    return {"steps": len(records), "cpu_s": records[-1].get("cpu_total_s", float("nan")),
+            "teacher_from": str(checkpoint)}
+
+
 def load_text() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -82,7 +93,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args, self.out = args, Path(args.out)
         (self.out / "arms").mkdir(parents=True, exist_ok=True)
-        self.teacher_dir = self.out / "teacher"
+        self.teacher_dir = Path(args.teacher_from) if args.teacher_from else self.out / "teacher"
         self.started_file = self.out / "started"
         if not self.started_file.exists():
             self.started_file.write_text(str(time.time()))
@@ -121,7 +132,8 @@ class Bench:
             str(checkpoint), self.args.num_tasks, episodes=True,
             irr_tasks=self.args.irr_tasks if irr else 0, shards=[self.args.shards],
             max_new_tokens=self.args.max_new_tokens)
-        (checkpoint / "eval_report.json").write_text(json.dumps(report, indent=2, default=str))
+        (self.out / arm).mkdir(parents=True, exist_ok=True)  # not into a --teacher-from dir
+        (self.out / arm / "eval_report.json").write_text(json.dumps(report, indent=2, default=str))
         result = {"arm": arm, **training, **scores, "load_eval": [started_load, load_text()]}
         self.result_file(arm).write_text(json.dumps(result, indent=2))
         print(json.dumps(result), flush=True)
@@ -131,6 +143,9 @@ class Bench:
         cached = self.done("teacher")
         if cached:
             return cached
+        if self.args.teacher_from:
+            return self.evaluate("teacher", self.teacher_dir, trained_elsewhere(self.teacher_dir),
+                                 irr=False)
         cfg = load(self.args, self.teacher_dir, *TEACHER, f"run.seed={self.args.seeds[0]}")
         steps = self.args.teacher_steps or steps_for_budget(
             cfg, epoch_rows(data_settings(cfg)).spread(6), self.args.teacher_cpu_s)
@@ -158,6 +173,16 @@ class Bench:
         training = self.train(arm, cfg, 0, 0.0)
         return self.evaluate(arm, self.out / arm, training, irr=False)
 
+    def finished(self) -> dict[str, list[dict[str, Any]]]:
+        """Results of every arm with a JSON, per arm name (seeds of `--seeds` only)."""
+        names = {"teacher": ["teacher"], "untrained": [f"untrained-s{self.args.untrained_seed}"]}
+        names |= {arm: [f"{arm}-s{seed}" for seed in self.args.seeds] for arm in ARMS}
+        return {arm: [r for r in map(self.done, files) if r] for arm, files in names.items()}
+
+    def planned_steps(self) -> int:
+        plan_file = self.out / "plan.json"
+        return json.loads(plan_file.read_text())["student_steps"] if plan_file.exists() else 0
+
     def student_steps_for_budget(self) -> int:
         """Steps of the SFT arm in `--student-cpu-s` (fixed once, in OUT/plan.json)."""
         plan_file = self.out / "plan.json"
@@ -183,6 +208,9 @@ def main() -> int:
     parser.add_argument("--teacher-cpu-s", type=float, default=600.0,
                         help="CPU seconds of teacher training (sets its steps)")
     parser.add_argument("--teacher-steps", type=int, default=None, help="instead of the budget")
+    parser.add_argument("--teacher-from", default=None, help="an existing checkpoint as the "
+                        "soft teacher instead of training the `small` one (e.g. the shipped "
+                        "tiny recipe trained 7x longer than a student)")
     parser.add_argument("--student-cpu-s", type=float, default=180.0,
                         help="CPU seconds of an SFT student; every arm gets its step count")
     parser.add_argument("--student-steps", type=int, default=None, help="instead of the budget")
@@ -197,13 +225,20 @@ def main() -> int:
                         help="student arms to run (the report needs all: run once more with "
                         "all arms to write it; finished arms are read back)")
     parser.add_argument("--set", nargs="*", default=[], help="overrides for every run")
+    parser.add_argument("--report-only", action="store_true", help="write the report from "
+                        "the arms finished so far (missing ones are listed), train nothing")
     args = parser.parse_args()
     torch.set_num_threads(1)
     bench = Bench(args)
+    if args.report_only:
+        write_report(bench, bench.finished(), bench.planned_steps())
+        return 0
     results: dict[str, list[dict]] = {}
     if "sft" in args.arms:  # the floor goes with the baseline (no teacher needed for either)
         results["untrained"] = [bench.untrained(args.untrained_seed)]
-    if set(args.arms) - {"sft"}:
+    # A teacher to train comes first (KD arms need it); one given is scored with the floor.
+    if (set(args.arms) - {"sft"} and not args.teacher_from) or \
+            ("sft" in args.arms and args.teacher_from):
         results["teacher"] = [bench.teacher()]
     steps = bench.student_steps_for_budget()  # OUT/plan.json
     for arm in args.arms:
@@ -222,17 +257,23 @@ def write_report(bench: Bench, results: dict[str, list[dict]], steps: int) -> No
     repair_arms = ["sad", "sad+repairs"]
     loads = [r[key] for rs in results.values() for r in rs for key in ("load_train", "load_eval")
              if key in r]
-    flat = [x for pair in loads for one in pair for x in one[:1]]
+    flat = [x for pair in loads for one in pair for x in one[:1]] or [float("nan")]
+    missing = [arm for arm in main_arms + repair_arms if not results.get(arm)]
+    seeds_short = [arm for arm in ARMS if 0 < len(results.get(arm, [])) < len(bench.args.seeds)]
     text = [f"# Learning effect ({commit}, {bench.args.num_tasks} held-out tasks, seeds "
             f"{bench.args.seeds}, {steps} student steps, {bench.elapsed_minutes():.0f} min "
             f"since OUT was started; "
             f"1-minute load average during it {min(flat):.1f}-{max(flat):.1f})\n",
-            markdown_table({arm: results[arm] for arm in main_arms}),
+            markdown_table({arm: results[arm] for arm in main_arms if results.get(arm)}),
             "\n" + conclusion(results) + "\n",
             "\n## SAD with and without repairs\n",
-            markdown_table({arm: results[arm] for arm in repair_arms}, with_irr=True)]
+            markdown_table({arm: results[arm] for arm in repair_arms if results.get(arm)},
+                           with_irr=True)]
+    if missing or seeds_short:
+        text.append(f"\nNot finished: arms {missing or '-'}; fewer seeds than asked: "
+                    f"{seeds_short or '-'}.\n")
     (bench.out / "results.md").write_text("\n".join(text))
-    plot({arm: results[arm] for arm in main_arms + ["sad+repairs"]},
+    plot({arm: results[arm] for arm in main_arms + ["sad+repairs"] if results.get(arm)},
          bench.out / "learning_effect.png")
     print("\n".join(text))
 

@@ -58,6 +58,8 @@ def _order_holds(results: dict[str, list[dict]], key: str, higher: bool) -> str:
 
 def conclusion(results: dict[str, list[dict]]) -> str:
     """Whether SAD >= token-KD >= SFT (the SAD paper's direction for a small student)."""
+    if not all(results.get(arm) for arm in ("sad", "token_kd", "sft")):
+        return "The SAD / token-KD / SFT order is not decided: an arm has no finished seed."
     return ("The SAD paper's direction (SAD >= token-KD >= SFT for a small student) "
             + _order_holds(results, "next_call_exact_match", True) + "; it "
             + _order_holds(results, "nats_per_char", False) + ".")
