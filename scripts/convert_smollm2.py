@@ -24,7 +24,7 @@ de-quantise the GGUF to float32 (needs the `gguf` package: `pip install
    plus `conversion.json` (source, sha256, shape, added tokens, logit check).
 
 SmolLM2's tokenizer is GPT-2-style (merges stop at spaces and punctuation): the demo's
-trajectories are ~2.3k tokens each, against ~350 with the tiny recipe's `lines` tokenizer.
+trajectories are ~2.4k tokens each (median), against ~350 with the tiny recipe's `lines` tokenizer.
 """
 
 from __future__ import annotations
