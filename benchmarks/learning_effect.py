@@ -4,7 +4,9 @@
 
 1. Soft teacher: a `small` model (hidden 256, 4 layers; twice the student's width and
    depth) trained once with SFT on the oracle shards (the shipped tiny recipe otherwise,
-   MCH off), saved under OUT/teacher and reused by every later run.
+   MCH off), saved under OUT/teacher and reused by every later run; or `--teacher-from`
+   an existing checkpoint (e.g. the shipped tiny recipe trained ~7x a student's steps:
+   the README's run, when a `small` teacher did not fit the session's CPU share).
 2. Students: the shipped tiny recipe (configs/train_tiny.yaml; random init) distilled from
    that teacher with `sft` (one-hot oracle targets), `token_kd` and `sad` (online teacher:
    its full distribution at every REASON/ACT position), each with every seed of `--seeds`,
