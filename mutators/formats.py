@@ -14,9 +14,10 @@ import re
 from datetime import date
 from typing import Callable
 
-_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
-_TIME = re.compile(r"(\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:?\d{2})?")
-_DATETIME = re.compile(_DATE.pattern + r"[Tt ]" + _TIME.pattern)
+# ASCII digits only: Python's \d also takes "２０２４" (fullwidth), which int() then reads
+_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})", re.ASCII)
+_TIME = re.compile(r"(\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:?\d{2})?", re.ASCII)
+_DATETIME = re.compile(_DATE.pattern + r"[Tt ]" + _TIME.pattern, re.ASCII)
 _EMAIL = re.compile(r"[^@\s]+@[^@\s.]+(?:\.[^@\s.]+)+")
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\s]+")
 _UUID = re.compile(r"[0-9a-fA-F]{8}(?:-?[0-9a-fA-F]{4}){3}-?[0-9a-fA-F]{12}")
