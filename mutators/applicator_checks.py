@@ -86,10 +86,10 @@ def contains_check(compiler: Any, node: Node) -> Check | None:
     def check(array: list) -> list[Err] | None:
         count = sum(1 for item in array if not matches(item))
         if count < low:
-            return [Err("contains", f"{count} item(s) match `contains`, fewer than {low}")]
+            return [Err("contains", f"{count} item(s) match `contains`, fewer than {render(low)}")]
         if high is not None and count > high:
             return [Err("contains", f"{count} items match `contains`, more than maxContains "
-                                    f"{high}")]
+                                    f"{render(high)}")]
         return None
 
     return check

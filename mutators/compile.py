@@ -22,7 +22,7 @@ from mutators.applicator_checks import (conditional_check, contains_check, depen
 from mutators.evaluated import Evaluation
 from mutators.introspect import (accepted_types, base_policy, describe_types, group_policy,
                                  merge_policies)
-from mutators.jsonvalues import PY_TYPE_TAG, NOT_JSON, json_type, type_label
+from mutators.jsonvalues import PY_TYPE_TAG, NOT_JSON, json_type, render, type_label
 from mutators.keyword_checks import (Check, Err, json_check, key_errors, number_check,
                                      pattern_miss, string_check, under, unique_check,
                                      unknown_key_detail, value_check)
@@ -149,9 +149,9 @@ class Compiler:
         def check(array: list) -> list[Err] | None:
             errors = None
             if low is not None and len(array) < low:
-                errors = [Err("length", f"{len(array)} items, fewer than minItems {low}")]
+                errors = [Err("length", f"{len(array)} items, fewer than minItems {render(low)}")]
             if high is not None and len(array) > high:
-                errors = [Err("length", f"{len(array)} items, more than maxItems {high}")]
+                errors = [Err("length", f"{len(array)} items, more than maxItems {render(high)}")]
             for index, item in enumerate(array):
                 found = (prefix[index] if index < len(prefix) else items)(item)
                 if found:
@@ -205,9 +205,9 @@ class Compiler:
                 if key not in obj:
                     errors = (errors or []) + under([Err("required", "missing required key")], key)
             if low is not None and len(obj) < low:
-                errors = (errors or []) + [Err("length", f"object has fewer than {low} keys")]
+                errors = (errors or []) + [Err("length", f"object has fewer than {render(low)} keys")]
             if high is not None and len(obj) > high:
-                errors = (errors or []) + [Err("length", f"object has more than {high} keys")]
+                errors = (errors or []) + [Err("length", f"object has more than {render(high)} keys")]
             return errors
 
         if not closed and not properties and not patterns and not required and extra is None \

@@ -59,9 +59,9 @@ def string_check(node: Node) -> Check | None:
         errors = None
         size = len(value)
         if low is not None and size < low:
-            errors = [Err("length", f"string of length {size} is shorter than minLength {low}")]
+            errors = [Err("length", f"string of length {size} is shorter than minLength {render(low)}")]
         if high is not None and size > high:
-            errors = [Err("length", f"string of length {size} is longer than maxLength {high}")]
+            errors = [Err("length", f"string of length {size} is longer than maxLength {render(high)}")]
         if pattern is not None and not (found := pattern.search(value)):
             errors = (errors or []) + [pattern_miss(pattern, value, found)]
         if format_ok is not None and not format_ok(value):

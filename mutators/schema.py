@@ -10,6 +10,7 @@ resolved into shared `Node` objects, so recursive schemas become cyclic graphs.
 
 from __future__ import annotations
 
+import math
 from reprlib import recursive_repr
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,8 +102,12 @@ def _number(value: Any) -> float | None:
 
 
 def _count(value: Any) -> int | None:
+    """A non-negative count (minLength, maxItems...); None when absent or not a finite number
+    (`"inf"` would overflow `int()`). Ints of any size stay exact; messages abbreviate them."""
     number = _number(value)
-    return int(number) if number is not None and number >= 0 else None
+    if number is None or (type(number) is float and not math.isfinite(number)) or number < 0:
+        return None
+    return int(number)
 
 
 class _Normaliser:

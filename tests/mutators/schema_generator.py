@@ -115,8 +115,13 @@ def instance(d: Draws, schema: Any, depth: int = 0) -> Any:
     if kind == "array":
         prefix = schema.get("prefixItems", [])
         size = d.count(0, 3)
-        return [instance(d, prefix[i] if i < len(prefix) else schema.get("items", {}), depth + 1)
-                for i in range(size)]
+        items = [instance(d, prefix[i] if i < len(prefix) else schema.get("items", {}),
+                          depth + 1) for i in range(size)]
+        if "contains" in schema and d.chance(50):  # what min/maxContains count
+            items += [instance(d, schema["contains"], depth + 1) for _ in range(d.count(1, 3))]
+        if items and d.chance(25):  # a repeated item: what uniqueItems forbids
+            items.append(items[0])
+        return items
     if kind == "string":
         return d.pick(STRINGS)
     if kind in ("integer", "number"):
@@ -290,8 +295,8 @@ def add_array_keywords(d: Draws, out: dict, depth: int) -> None:
         out["uniqueItems"] = d.pick((True, False))
     if d.chance(30):
         out["contains"] = schema(d, depth + 1)
-        if d.chance(40):
-            out["minContains"] = d.count(0, 2)
+        if d.chance(50):
+            out["minContains"] = d.pick((0, 2, 3))  # 1 is the default
         if d.chance(30):
             out["maxContains"] = d.count(0, 2)
     if d.chance(25):
