@@ -12,7 +12,7 @@ import math
 from fractions import Fraction
 from typing import Any, Callable
 
-from mutators.formats import FORMAT_CHECKERS
+from mutators.formats import FORMAT_CHECKERS, FORMAT_HINTS
 from mutators.introspect import KeyPolicy
 from mutators.jsonvalues import json_equal, json_type, non_json_reason, render, type_label
 from mutators.safe_regex import UNDECIDED, SafeRegex
@@ -54,6 +54,7 @@ def string_check(node: Node) -> Check | None:
     if low is None and high is None and pattern is None and format_ok is None:
         return None
     fmt = node.format
+    hint = f" ({FORMAT_HINTS[fmt]})" if fmt in FORMAT_HINTS else ""
 
     def check(value: str) -> list[Err] | None:
         errors = None
@@ -65,7 +66,8 @@ def string_check(node: Node) -> Check | None:
         if pattern is not None and not (found := pattern.search(value)):
             errors = (errors or []) + [pattern_miss(pattern, value, found)]
         if format_ok is not None and not format_ok(value):
-            errors = (errors or []) + [Err("format", f"{render(value)} is not a valid {fmt}")]
+            errors = (errors or []) + [Err("format", f"{render(value)} is not a valid {fmt}"
+                                                     f"{hint}")]
         return errors
 
     return check

@@ -29,7 +29,8 @@ from mutators.keyword_checks import Err
 from mutators.safe_regex import new_call
 
 REASONS = ("type", "unknown_key", "required", "enum", "const", "format", "range", "length",
-           "pattern", "unique", "not", "forbidden", "malformed", "name")
+           "pattern", "unique", "contains", "property_name", "not", "forbidden", "malformed",
+           "name")
 
 
 @dataclass(slots=True)
