@@ -106,8 +106,11 @@ def unevaluated_properties_check(compiler: Any, node: Node) -> Check | None:
     never = node.unevaluated_properties.never
     rest = compiler.check(node.unevaluated_properties)
     detail = unknown_key_detail(group_policy(node)) if never else ""
+    own = frozenset(node.properties)
 
     def check(obj: dict) -> list[Err] | None:
+        if own and own.issuperset(obj):  # the common case: every key is a declared property
+            return None
         seen = evaluated(obj)
         if seen is None:
             return None
@@ -132,7 +135,11 @@ def unevaluated_items_check(compiler: Any, node: Node) -> Check | None:
     never = node.unevaluated_items.never
     rest = compiler.check(node.unevaluated_items)
 
+    prefix = len(node.prefix_items)
+
     def check(array: list) -> list[Err] | None:
+        if len(array) <= prefix:  # prefixItems evaluated them all
+            return None
         seen = evaluated(array)
         if seen is None:
             return None

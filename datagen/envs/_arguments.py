@@ -12,13 +12,16 @@ is an array (parsed JSON never holds one), and a wrong type under `anyOf` is an 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable
 
 from mutators.compile import compile_schema
 from mutators.safe_regex import new_call
+from mutators.schema import Node
 from mutators.validate import ValidationError, to_validation_errors
 
 ArgumentCheck = Callable[[Any], "str | None"]
+Convert = Callable[[Any], Any]
 _LARGEST_EXACT_FLOAT = 2.0 ** 53
 
 
@@ -59,10 +62,69 @@ def describe(error: ValidationError) -> str:
     return f"argument '{name}': {detail}" if name else f"arguments: {detail}"
 
 
+def handler_arguments(parameters: dict[str, Any]) -> Convert | None:
+    """`integer_converter` of a tool's `parameters` schema."""
+    return integer_converter(compile_schema(parameters).root)
+
+
+def integer_converter(node: Node) -> Convert | None:
+    """A function giving a value with integral floats turned into ints wherever `node` says
+    integer (the validator accepts `3.0` there, as JSON Schema does, and handlers index,
+    slice and compare with it), or None when no integer is expected anywhere below `node`.
+    The function returns its input itself when nothing changes (nothing is copied)."""
+    return _converter(node, frozenset())
+
+
+def _converter(node: Node, seen: frozenset[int]) -> Convert | None:
+    if node.never or (node.types is not None and "integer" not in node.types
+                      and not {"object", "array"} & set(node.types)):
+        return None
+    if id(node) in seen or node.any_of or node.all_of or node.if_ is not None \
+            or node.types is None or len(node.types) > 1 + ("null" in node.types):
+        return as_handler_arguments  # combined or recursive schemas: every float is checked
+    seen = seen | {id(node)}
+    if "integer" in node.types:
+        return _integral
+    if "object" in node.types:
+        if node.pattern_properties or isinstance(node.additional, Node):
+            return as_handler_arguments
+        fields = {key: found for key, sub in node.properties.items()
+                  if (found := _converter(sub, seen)) is not None}
+        return partial(_convert_fields, fields) if fields else None
+    items = _converter(node.items, seen) if node.items is not None else None
+    if node.prefix_items:
+        return as_handler_arguments if items or any(
+            _converter(sub, seen) for sub in node.prefix_items) else None
+    return partial(_convert_items, items) if items else None
+
+
+def _integral(value: Any) -> Any:
+    if type(value) is float and value.is_integer() and abs(value) <= _LARGEST_EXACT_FLOAT:
+        return int(value)
+    return value
+
+
+def _convert_fields(fields: dict[str, Convert], obj: Any) -> Any:
+    if type(obj) is not dict:
+        return obj
+    changed = None
+    for key, convert in fields.items():
+        if key in obj and (new := convert(obj[key])) is not obj[key]:
+            changed = changed or dict(obj)
+            changed[key] = new
+    return obj if changed is None else changed
+
+
+def _convert_items(convert: Convert, array: Any) -> Any:
+    if type(array) is not list and type(array) is not tuple:
+        return array
+    converted = [convert(item) for item in array]
+    return array if all(new is old for new, old in zip(converted, array)) else converted
+
+
 def as_handler_arguments(value: Any) -> Any:
-    """`value` with integral floats turned into ints: the validator accepts `3.0` where an
-    integer is expected (JSON Schema does), and handlers index, slice and compare with it.
-    Returns `value` itself when it holds no float (the common case: nothing is copied)."""
+    """`value` with every integral float turned into an int (for schemas whose integer
+    positions are not simply nested properties and items)."""
     return _floats_as_ints(value) if _has_float(value) else value
 
 

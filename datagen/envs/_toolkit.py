@@ -11,7 +11,7 @@ from typing import Any, Callable, ClassVar
 
 import orjson
 
-from datagen.envs._arguments import ArgumentCheck, argument_check, as_handler_arguments
+from datagen.envs._arguments import ArgumentCheck, Convert, argument_check, handler_arguments
 from datagen.envs.base import Environment
 from datagen.envs._names import FIRST_NAMES
 from datagen.types import GoldStep, Observation, Task, ToolCall
@@ -159,10 +159,12 @@ class ToolEnvironment(Environment):
         return cached
 
     @classmethod
-    def _checkers(cls) -> dict[str, ArgumentCheck]:
+    def _checkers(cls) -> dict[str, tuple[ArgumentCheck, Convert | None]]:
+        """Per tool: its argument check and what turns valid arguments into handler ones."""
         cached = cls.__dict__.get("_CHECKERS")
         if cached is None:
-            cached = {name: argument_check(schema) for name, schema in cls._parameters().items()}
+            cached = {name: (argument_check(schema), handler_arguments(schema))
+                      for name, schema in cls._parameters().items()}
             cls._CHECKERS = cached
         return cached
 
@@ -173,7 +175,8 @@ class ToolEnvironment(Environment):
             arguments = call.get("arguments", {}) if isinstance(call, dict) else None
             if isinstance(arguments, str):
                 arguments = orjson.loads(arguments or "{}")
-            checker = self._checkers().get(name) if isinstance(name, str) else None
+            checker, convert = self._checkers().get(name, (None, None)) \
+                if isinstance(name, str) else (None, None)
             if checker is None:
                 return self.fail(f"unknown tool {render(name)}; available tools: "
                                  f"{', '.join(self._parameters())}")
@@ -184,7 +187,9 @@ class ToolEnvironment(Environment):
                 return self.fail(f"{name}: {error}")
             if not self.is_ready():
                 return self.fail("the environment has not been reset with a task")
-            return getattr(self, "tool_" + name)(**as_handler_arguments(arguments))
+            if convert is not None:
+                arguments = convert(arguments)
+            return getattr(self, "tool_" + name)(**arguments)
         except orjson.JSONDecodeError:
             return self.fail(f"{name}: arguments are not valid JSON")
         except Exception as exc:  # a bug in a tool must not end the rollout

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from datagen.envs import make_env
-from datagen.envs._arguments import argument_check, as_handler_arguments
+from datagen.envs._arguments import argument_check, as_handler_arguments, handler_arguments
 from mutators import ALL_KINDS, mutate_report, validate, validate_detailed
 
 FAMILIES = ("sql", "fs", "enterprise")
@@ -122,7 +122,24 @@ def test_observations_name_the_argument_and_count_the_rest():
     assert check({"when": "2026-01-01", "filters": {"status": deep}}) is not None
 
 
-def test_handler_arguments_are_the_same_object_when_there_is_no_float():
+def test_integral_floats_become_ints_where_the_schema_says_integer_and_nowhere_else():
+    convert = handler_arguments({"type": "object", "properties": {
+        "n": {"type": "integer"}, "x": {"type": "number"}, "name": {"type": "string"},
+        "rows": {"type": "array", "items": {"type": "object", "properties": {
+            "q": {"type": ["integer", "null"]}}}}}})
+    unchanged = {"n": 3, "x": 2.0, "rows": [{"q": 1}]}
+    assert convert(unchanged) is unchanged  # nothing to convert: nothing copied
+    converted = convert({"n": 3.0, "x": 2.0, "name": "a", "rows": [{"q": 2.0}, {"q": None}]})
+    assert converted == {"n": 3, "x": 2.0, "name": "a", "rows": [{"q": 2}, {"q": None}]}
+    assert type(converted["n"]) is int and type(converted["x"]) is float
+    assert type(converted["rows"][0]["q"]) is int
+    assert handler_arguments({"type": "object", "properties": {"s": {"type": "string"}}}) is None
+    combined = handler_arguments({"type": "object", "properties": {
+        "n": {"anyOf": [{"type": "integer"}, {"type": "string"}]}}})
+    assert type(combined({"n": 4.0})["n"]) is int
+
+
+def test_every_integral_float_is_converted_under_combined_schemas():
     arguments = {"a": [1, "x", {"b": None}], "c": True}
     assert as_handler_arguments(arguments) is arguments
     assert as_handler_arguments({"n": 3.0, "xs": [1.5, 2.0, 1e300]}) == {
