@@ -14,6 +14,8 @@ Decisions worth knowing:
 - `arguments` must be a dict; a JSON string (the OpenAI wire format) is reported as
   malformed, use `coerce_call` to decode it first. A missing or null `arguments` means {}.
 - oneOf is checked as anyOf: a value matching two branches of a sloppy spec is accepted.
+- It is the project's one validator: environments check tool arguments with it too
+  (`datagen/envs/_arguments.py`), so an episode and its environment never disagree.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from mutators.keyword_checks import Err
 from mutators.safe_regex import new_call
 
 REASONS = ("type", "unknown_key", "required", "enum", "const", "format", "range", "length",
-           "pattern", "unique", "not", "forbidden", "malformed", "name")
+           "pattern", "unique", "contains", "property_name", "not", "forbidden", "malformed",
+           "name")
 
 
 @dataclass(slots=True)
