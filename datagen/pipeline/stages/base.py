@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from datagen.config import GenerateConfig
 from datagen.envs import import_modules
+from datagen.rows import rows_to_table
 from datagen.teachers import EnvPool
 from datagen.types import Trajectory
 
@@ -66,7 +67,7 @@ class Table:
     optional: tuple[pa.Field, ...] = ()
 
     def from_rows(self, rows: list[dict[str, Any]]) -> pa.Table:
-        return pa.Table.from_pylist(rows, schema=self.schema)
+        return rows_to_table(rows, self.schema)
 
     def fields(self) -> list[pa.Field]:
         return [*self.schema, *self.optional]
