@@ -34,6 +34,7 @@ class TrajectoryView:
         self.tools_json = tools_json or orjson.dumps(traj.tools).decode()
         self._bounds: dict[int, tuple[int, int]] | None = None
         self._message_at: dict[int, int] = {}
+        self._prompt_text: dict[int, str] = {}
 
     def turn_bounds(self, step: int) -> tuple[int, int]:
         """Start of the REASON and end of the ACT of assistant turn `step`."""
@@ -46,6 +47,14 @@ class TrajectoryView:
         if step not in self._bounds:
             raise IndexError(f"turn {step} has no REASON or ACT span")
         return self._bounds[step]
+
+    def prompt_text(self, step: int) -> str:
+        """The text before turn `step`: one string shared by the turn's pairs (Arrow copies it
+        per row anyway; Python need not cut a ~4 KB prefix three times)."""
+        text = self._prompt_text.get(step)
+        if text is None:
+            text = self._prompt_text[step] = self.text[:self.turn_bounds(step)[0]]
+        return text
 
     def _message_index(self, step: int) -> int:
         index = self._message_at.get(step)
@@ -79,7 +88,7 @@ def preference_row(view: TrajectoryView, step: int, rejected: dict[str, Any],
         "trajectory_id": traj.id, "env": traj.task.env, "step": step, "source": source,
         "kind": kind, "tools": view.tools_json, "prompt": view.prompt_messages(step),
         "chosen": [view.assistant_message(step)], "rejected": [rejected],
-        "prompt_text": view.text[:start], "chosen_text": view.text[start:end],
+        "prompt_text": view.prompt_text(step), "chosen_text": view.text[start:end],
         "rejected_text": rejected_text,
     }
 

@@ -38,30 +38,3 @@ def test_columnar_table_equals_the_row_by_row_table():
     empty = trajectory_table([], [])
     assert empty.num_rows == 0 and empty.schema == trajectory_schema(False)
 
-
-def test_rows_to_table_equals_from_pylist_for_every_table():
-    """The columnar builder gives exactly pyarrow's row-by-row table: nested message lists,
-    nulls, missing keys (null), extra keys (ignored), empty lists and an item that is not a
-    complete dict (the slow path)."""
-    import pyarrow as pa
-
-    from datagen.rows import NEGATIVE_SCHEMA, PREFERENCE_SCHEMA, REPAIR_SCHEMA
-
-    message = {"role": "assistant", "content": "x", "tool_calls": None, "name": None}
-    pair = {"id": "p", "trajectory_id": "t", "env": "sql", "step": 2, "source": "negative",
-            "kind": "type_error", "tools": "[]", "prompt": [message, {**message, "role": "user"}],
-            "chosen": [message], "rejected": [], "prompt_text": "é", "chosen_text": None,
-            "rejected_text": "r", "unknown": 1}
-    rows = [pair, {**pair, "prompt": [{"role": "tool"}]}, {"id": "only-id"}]
-    assert rows_to_table(rows, PREFERENCE_SCHEMA).equals(
-        pa.Table.from_pylist(rows, schema=PREFERENCE_SCHEMA))
-    assert rows_to_table(rows[:1], PREFERENCE_SCHEMA).column("prompt").to_pylist() == [
-        pair["prompt"]]
-    trajectories = oracle_trajectories(5)
-    repairs = [{**render_row(t)[0], "source_id": "s", "error_step": 1, "critique": "c"}
-               for t in trajectories]
-    negative = {"trajectory_id": "t", "errors": ["a", "b"], "schema_valid": False, "step": 1}
-    for schema, table_rows in ((REPAIR_SCHEMA, repairs), (NEGATIVE_SCHEMA, [negative] * 3),
-                               (PREFERENCE_SCHEMA, [])):
-        assert rows_to_table(table_rows, schema).equals(
-            pa.Table.from_pylist(table_rows, schema=schema))

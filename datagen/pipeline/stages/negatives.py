@@ -34,11 +34,13 @@ def _json(value: Any) -> str:
     return orjson.dumps(value, default=str).decode()
 
 
-def negative_row(traj: Trajectory, step: int, call: ToolCall, negative: Negative) -> dict:
+def negative_row(traj: Trajectory, step: int, call: ToolCall, negative: Negative,
+                 original_json: str | None = None) -> dict:
+    """A `negatives` row (`original_json`: the call's JSON, when the caller has it already)."""
     return {
         "trajectory_id": traj.id, "env": traj.task.env, "step": step, "kind": negative.kind,
         "subkind": negative.subkind, "path": negative.path, "tool": call.name,
-        "original": _json(call.as_dict()), "mutated": _json(negative.call),
+        "original": original_json or _json(call.as_dict()), "mutated": _json(negative.call),
         "original_value": _json(negative.original), "mutated_value": _json(negative.mutated),
         "errors": list(negative.errors), "schema_valid": negative.schema_valid,
         "outcome_changed": negative.outcome_changed, "description": negative.description,
@@ -93,9 +95,10 @@ class NegativeStage(Stage):
                                         env=env if self.config.execute else None,
                                         other_tools=traj.tools, kinds=self.config.kinds,
                                         max_env_checks=self.config.max_env_checks)
+            original = _json(step.call.as_dict()) if report.negatives else None
             for negative in report.negatives:
                 batch.count("produced", negative.kind)
-                batch.add("negatives", negative_row(traj, index, step.call, negative))
+                batch.add("negatives", negative_row(traj, index, step.call, negative, original))
                 pair = negative_preference(view, index, negative)
                 batch.add("preferences", prompt_by_reference(pair) if self.compact else pair)
             for kind, rejected in report.impossible.items():
