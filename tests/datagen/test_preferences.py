@@ -25,9 +25,3 @@ def test_view_cuts_every_turn_as_the_rendered_spans_say():
         with pytest.raises(IndexError):
             view.turn_bounds(len(traj.steps))
 
-
-def test_view_takes_the_rendering_it_is_given():
-    traj = oracle_trajectories(1)[0]
-    rendered = render_trajectory(traj)
-    view = TrajectoryView(traj, rendered, tools_json="[]")
-    assert view.text is rendered[0] and view.spans is rendered[1] and view.tools_json == "[]"

@@ -37,4 +37,3 @@ def test_columnar_table_equals_the_row_by_row_table():
     assert trajectory_table(trajectories, [render(t) for t in trajectories]).equals(expected)
     empty = trajectory_table([], [])
     assert empty.num_rows == 0 and empty.schema == trajectory_schema(False)
-
