@@ -90,3 +90,18 @@ def test_the_trainer_refuses_the_compact_layout_by_name(outs):
     assert preference_files(outs["full"])
     with pytest.raises(ValueError, match="preferences.layout: compact"):
         preference_files(outs["compact"])
+
+
+def test_sad_mch_negatives_refuse_the_compact_layout_by_name(outs):
+    import pyarrow as pa
+
+    from trainer.documents import ReadSettings
+    from trainer.readers.preferences import negative_documents
+
+    shard = outs["compact"] / "trajectories" / "part-000000.parquet"
+    table = pq.read_table(shard, columns=["id", "success"])
+    table = table.append_column("path", pa.array([str(shard)] * table.num_rows))
+    settings = ReadSettings(tokenizer="unused", max_seq_len=64, use_mch=True, read_topk=False,
+                            complexity_weights=(1.0, 0.0, 0.0))
+    with pytest.raises(ValueError, match="preferences.layout: compact"):
+        negative_documents(table, settings, 4, {})
