@@ -160,11 +160,11 @@ class PreferencesConfig(StrictModel):
 
     layout: Literal["full", "compact"] = Field(
         "full", description="full: every pair carries its prompt (`prompt` messages and "
-        "`prompt_text`); compact: a negative's pair (93% of pairs in the demo) stores only "
-        "`prompt_messages` / `prompt_chars`, how much of its trajectory's `messages` / `text` "
-        "the prompt is, and `datagen.readers.load_preferences` joins the prompt back from "
-        "trajectories/. 39% fewer preference bytes (5M demo trajectories: ~8.9 instead of "
-        "~14.6 GB); the project's trainer reads the full layout only")
+        "`prompt_text`); compact: a negative or repair pair (96% of pairs in the demo) "
+        "stores only `prompt_messages` / `prompt_chars`, how much of its trajectory's "
+        "`messages` / `text` the prompt is, and `datagen.readers.load_preferences` joins the "
+        "prompt back from trajectories/ and repairs/. About 40% fewer preference bytes; the "
+        "project's trainer reads the full layout only")
 
 
 class GenerateConfig(StrictModel):

@@ -109,9 +109,10 @@ def prompt_by_reference(row: dict[str, Any]) -> dict[str, Any]:
 
 def join_prompts(pairs: pa.Table, trajectories: pa.Table) -> pa.Table:
     """Preference rows of either layout -> the full layout (PREFERENCE_SCHEMA): a compact
-    row's `prompt` / `prompt_text` cut from its trajectory in `trajectories` (the same
-    chunk's shard: a pair's trajectory is always in its chunk). A trajectory that is not
-    there is a ValueError naming the pair (the shards do not belong together)."""
+    row's `prompt` / `prompt_text` cut from its trajectory in `trajectories` (rows with `id`,
+    `text`, `messages`: the same chunk's trajectories shard, and its repairs shard for repair
+    pairs; a pair's trajectory is always in its chunk). A trajectory that is not there is a
+    ValueError naming the pair (the shards do not belong together)."""
     if "prompt_chars" not in pairs.column_names:
         return pairs.select(PREFERENCE_SCHEMA.names)
     rows = pairs.to_pylist()

@@ -114,18 +114,22 @@ def load_preferences(out: str | Path, sources: Sequence[str] | None = None, *,
 def joined_preferences(out: str | Path, files: list[str],
                        filters: list[tuple[str, str, Any]] | None) -> Iterator[pa.Table]:
     """Compact preference shards with their prompts joined back from the same chunk's
-    trajectories shard, one full-layout table per shard (datagen.preferences.join_prompts)."""
+    trajectories (negative pairs) and repairs (repair pairs) shards, one full-layout table
+    per shard (datagen.preferences.join_prompts)."""
     from datagen.preferences import join_prompts
 
-    trajectories = {Path(file).name: file for file in listed_shards(out, "trajectories")}
+    listed = read_manifest(Path(out)).get("counts", {})
+    sources = {table: {Path(file).name: file for file in listed_shards(out, table)}
+               for table in ("trajectories", "repairs") if listed.get(table)}
     for file in files:
         name = Path(file).name
-        if name not in trajectories:
+        if name not in sources.get("trajectories", {}):
             raise OutputUnreadable(f"{file} refers to prompts in trajectories/{name}, which "
                                    "the manifest does not list")
-        pairs = pq.read_table(file, filters=filters or None)
-        yield join_prompts(pairs, pq.read_table(trajectories[name],
-                                                columns=["id", "text", "messages"]))
+        conversations = pa.concat_tables(
+            pq.read_table(shards[name], columns=["id", "text", "messages"])
+            for shards in sources.values() if name in shards)
+        yield join_prompts(pq.read_table(file, filters=filters or None), conversations)
 
 
 def _load_joined(out: str | Path, files: list[str], filters: list[tuple[str, str, Any]] | None,

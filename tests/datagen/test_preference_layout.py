@@ -1,10 +1,12 @@
-"""`preferences.layout: compact`: negative pairs store their prompt by reference to their
-trajectory, and the readers join it back to exactly the full layout's rows."""
+"""`preferences.layout: compact`: negative and repair pairs store their prompt by reference
+to their trajectory (trajectories/, repairs/), and the readers join it back to exactly the full
+layout's rows."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -38,18 +40,22 @@ def _shards(out: Path, table: str) -> list[Path]:
 
 def test_compact_shards_join_back_to_the_full_layout_and_are_smaller(outs):
     full, compact = outs["full"], outs["compact"]
-    for full_shard, compact_shard, trajectories in zip(
+    for full_shard, compact_shard, trajectories, repairs in zip(
             _shards(full, "preferences"), _shards(compact, "preferences"),
-            _shards(compact, "trajectories"), strict=True):
+            _shards(compact, "trajectories"), _shards(compact, "repairs"), strict=True):
         stored = pq.read_table(compact_shard)
         by_reference = [row for row in stored.to_pylist() if row["prompt_chars"] is not None]
-        assert {row["source"] for row in by_reference} == {"negative"}
+        assert {row["source"] for row in by_reference} == {"negative", "repair"}
         assert all(row["prompt"] is None and row["prompt_text"] is None for row in by_reference)
         inline = [row for row in stored.to_pylist() if row["prompt_chars"] is None]
-        assert {row["source"] for row in inline} == {"repair", "safety"}
+        assert {row["source"] for row in inline} == {"safety"}
         assert all(row["prompt"] and row["prompt_text"] for row in inline)
-        joined = join_prompts(stored, pq.read_table(trajectories))
-        assert joined.equals(pq.read_table(full_shard))
+        columns = ["id", "text", "messages"]
+        conversations = pa.concat_tables([pq.read_table(trajectories, columns=columns),
+                                          pq.read_table(repairs, columns=columns)])
+        assert join_prompts(stored, conversations).equals(pq.read_table(full_shard))
+        with pytest.raises(ValueError, match="refers to trajectory"):  # repairs/ is needed
+            join_prompts(stored, pq.read_table(trajectories))
         assert compact_shard.stat().st_size < full_shard.stat().st_size  # demo rates: ~50%
     for table in ("trajectories", "negatives", "repairs"):  # only preferences/ differ
         assert [p.read_bytes() for p in _shards(full, table)] == [
@@ -93,8 +99,6 @@ def test_the_trainer_refuses_the_compact_layout_by_name(outs):
 
 
 def test_sad_mch_negatives_refuse_the_compact_layout_by_name(outs):
-    import pyarrow as pa
-
     from trainer.documents import ReadSettings
     from trainer.readers.preferences import negative_documents
 

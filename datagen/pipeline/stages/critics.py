@@ -20,6 +20,7 @@ from datagen.config import CriticsConfig, GenerateConfig
 from datagen.pipeline.stages.base import (Stage, StageBatch, StageContext, StageOutput,
                                           register_stage)
 from datagen.pipeline.stages.tables import PREFERENCES, REPAIRS, preferences_table
+from datagen.preferences import prompt_by_reference
 from datagen.teachers import EnvPool, Teacher, make_teacher
 from datagen.types import Trajectory, stable_seed
 
@@ -67,8 +68,9 @@ class CriticStage(Stage):
         self.config = config
         self.run_seed = run_seed
         self.critic = critic or make_critic(config)
-        # repair and safety pairs keep their prompts in either layout (their conversations
-        # are in no trajectories/ row); the compact table has the reference columns, null here
+        # compact: a repair pair's prompt is the start of its repairs/ row; safety pairs keep
+        # theirs (their conversations are in no table), with the reference columns null
+        self.compact = preferences_layout == "compact"
         self.output_tables = (REPAIRS, preferences_table(preferences_layout))
 
     @classmethod
@@ -148,8 +150,7 @@ class CriticStage(Stage):
             batch.add("preferences", safety_preference(case, traj.tools, traj.id, rng))
             batch.count("safety", case.kind if case.dangerous else f"benign_{case.call.name}")
 
-    @staticmethod
-    def _emit(result: Repair | Rejected, rng: random.Random, batch: StageBatch) -> None:
+    def _emit(self, result: Repair | Rejected, rng: random.Random, batch: StageBatch) -> None:
         from critics.repair import Repair, repair_preference, repair_row, repair_view
 
         if not isinstance(result, Repair):
@@ -158,7 +159,8 @@ class CriticStage(Stage):
         batch.count("repaired", result.error_kind)
         view = repair_view(result)  # rendered once for the row and the pair
         batch.add("repairs", repair_row(result, view))
-        batch.add("preferences", repair_preference(result, rng, view))
+        pair = repair_preference(result, rng, view)
+        batch.add("preferences", prompt_by_reference(pair) if self.compact else pair)
 
     @classmethod
     def summary_lines(cls, stats: dict[str, Any]) -> list[str]:
