@@ -1,0 +1,120 @@
+"""When does a change certainly alter a call's meaning? The rules the logical-error mutator
+follows when no environment executes the mutated call (see `logical_error.py`'s docstring
+for the list and the reasons). Each function answers for one candidate, from the schema and
+what its description states (`prose.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator
+
+from mutators.compile import CompiledSchema
+from mutators.introspect import accepted_types, group_policy
+from mutators.jsonvalues import json_type
+from mutators.prose import UNREADABLE, marked_cosmetic, prose_enum, same_meaning, stated_default
+from mutators.schema import Node
+from mutators.slots import Slot, effective_nodes, property_node
+
+MAX_ABSENT = 32  # absent optional arguments considered per call
+_ROLE_INDEX = re.compile(r"(?:[_\-]?\d+|[_\-](?:[a-d]|one|two|first|second|left|right|lhs|rhs)"
+                         r"|(?<=[a-z])[A-D])$|^(?:first|second|other)[_\-]?", re.IGNORECASE)
+
+
+def readable_default(node: Node) -> tuple | None:
+    """`(value,)` of the stated default when it can be read; None when none is stated or it
+    cannot be read."""
+    default = stated_default(node)
+    return None if default is None or default is UNREADABLE else default
+
+
+def drop_changes_meaning(slot: Slot) -> bool:
+    """Dropping an optional argument changes the meaning only when the spec states a default
+    and the value differs from it."""
+    default = readable_default(slot.node)
+    return default is not None and not same_meaning(default[0], slot.value)
+
+
+def flip_changes_meaning(slot: Slot) -> bool:
+    """A boolean flip changes the meaning unless the description marks the switch optional or
+    cosmetic, or it is optional with no stated default (a task may take either value)."""
+    if marked_cosmetic(slot.node):
+        return False
+    return slot.required or readable_default(slot.node) is not None
+
+
+def parallel_names(first: str, second: str) -> bool:
+    """`num1`/`num2`, `a`/`b`, `x`/`y`, `point_a`/`point_b`: arguments in symmetric roles."""
+    if len(first) == 1 and len(second) == 1:
+        return True
+    stem_first, stem_second = _ROLE_INDEX.sub("", first), _ROLE_INDEX.sub("", second)
+    return bool(stem_first) and stem_first.lower() == stem_second.lower()
+
+
+def swap_changes_meaning(first_key: Any, second_key: Any, first: Any, second: Any) -> bool:
+    if same_meaning(first, second):
+        return False
+    return not (isinstance(first_key, str) and isinstance(second_key, str)
+                and parallel_names(first_key, second_key))
+
+
+def other_members(enum: tuple, prose: tuple, value: Any) -> list[Any]:
+    """Members of the schema's enum, then of the description's list when `value` is on it,
+    that do not mean what `value` means."""
+    members = list(enum)
+    if any(same_meaning(member, value) for member in prose):
+        members += prose
+    return _distinct(m for m in members if not same_meaning(m, value))
+
+
+def _distinct(values: Any) -> list[Any]:
+    """Values without repeats of the same meaning, in order (members may be unhashable)."""
+    kept: list[Any] = []
+    for value in values:
+        if not any(same_meaning(value, seen) for seen in kept):
+            kept.append(value)
+    return kept
+
+
+def has_duplicate(items: list | tuple, index: int) -> bool:
+    """Whether the item at `index` occurs elsewhere in the array (dropping it changes no set)."""
+    return any(same_meaning(items[index], other) for i, other in enumerate(items) if i != index)
+
+
+def absent_optionals(schema: CompiledSchema, slots: list[Slot]) -> Iterator[tuple[Slot, str, Node]]:
+    """(object slot, key, schema) of declared optional keys the call leaves out."""
+    count = 0
+    for slot in slots:
+        if not isinstance(slot.value, dict):
+            continue
+        nodes = effective_nodes(schema, slot.node, slot.value)
+        for key in sorted(group_policy(slot.node).declared):
+            if key in slot.value:
+                continue
+            node, required = property_node(nodes, key)
+            if required:
+                continue
+            yield slot, key, node
+            count += 1
+            if count >= MAX_ABSENT:
+                return
+
+
+def non_default_values(node: Node) -> list[Any]:
+    """Values for an absent optional argument that differ from its stated default: other enum
+    members (schema or prose), the other boolean, the default +-1; [] without a readable
+    default (then setting it might restate the default)."""
+    default = readable_default(node)
+    if default is None:
+        return []
+    value = default[0]
+    types = accepted_types(node) or frozenset()
+    members = list(node.enum or ()) + list(prose_enum(node))
+    if members:
+        return _distinct(m for m in members if not same_meaning(m, value))[:4]
+    tag = json_type(value)
+    if tag == "boolean" and not marked_cosmetic(node):
+        return [not value]
+    if tag in ("integer", "number") and types & {"integer", "number"}:
+        return [value + 1, value - 1]
+    return []

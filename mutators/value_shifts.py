@@ -1,0 +1,141 @@
+"""Small, certain changes of one value, in the value's own format: a date a day later
+(in whatever format it is written), the last number inside an id one higher, a number a
+step away, a name cut short. Each returns None when the value does not take that change.
+Pure functions of the value; `logical_error.py` decides where to apply them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import date, timedelta
+
+from mutators.jsonvalues import digits_to_int
+
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
+           "september", "october", "november", "december")
+_MONTH_NAME = r"(?P<mon>[A-Za-z]{3,9})\.?"
+# Whole-value date formats; the named groups are read, shifted and written back in place.
+_DATE_FORMATS = (
+    re.compile(r"^(?P<y>\d{4})-(?P<m>\d{1,2})-(?P<d>\d{1,2})(?=$|[T ])"),   # ISO, date-time
+    re.compile(r"^(?P<y>\d{4})/(?P<m>\d{1,2})/(?P<d>\d{1,2})$"),
+    re.compile(r"^(?P<y>\d{4})\.(?P<m>\d{1,2})\.(?P<d>\d{1,2})$"),
+    re.compile(r"^(?P<m>\d{1,2})/(?P<d>\d{1,2})/(?P<y>\d{4})$"),           # US 03/15/2024
+    re.compile(r"^(?P<d>\d{1,2})\.(?P<m>\d{1,2})\.(?P<y>\d{4})$"),         # 15.03.2024
+    re.compile(r"^(?P<d>\d{1,2})-(?P<m>\d{1,2})-(?P<y>\d{4})$"),
+    re.compile(rf"^{_MONTH_NAME} (?P<d>\d{{1,2}})(?:st|nd|rd|th)?,? (?P<y>\d{{4}})$"),
+    re.compile(rf"^(?P<d>\d{{1,2}})(?:st|nd|rd|th)? {_MONTH_NAME},? (?P<y>\d{{4}})$"),
+)
+_DIGITS = re.compile(r"\d+")
+_NAME_SUFFIXES = {"inc", "inc.", "ltd", "ltd.", "corp", "corp.", "co", "co.", "llc", "plc",
+                  "gmbh", "ag", "sa", "company", "corporation", "limited", "group"}
+
+
+def _month_number(name: str) -> int | None:
+    lower = name.lower()
+    return next((i + 1 for i, month in enumerate(_MONTHS)
+                 if month == lower or (len(lower) >= 3 and month.startswith(lower))), None)
+
+
+def _month_like(template: str, month: int) -> str:
+    """Month `month` written like `template` ("Mar", "March", "MARCH", "mar")."""
+    name = _MONTHS[month - 1]
+    name = name[:len(template)] if len(template) <= 4 and len(template) < len(name) else name
+    if template.isupper():
+        return name.upper()
+    return name.capitalize() if template[:1].isupper() else name
+
+
+def _pad_like(template: str, number: int, padded: bool = True) -> str:
+    """`number` as wide as `template` when the format pads (numeric dates do, "March 5"
+    does not, unless written "March 05")."""
+    width = len(template) if padded or template.startswith("0") else 1
+    return str(number).zfill(width)
+
+
+def shift_date(text: str, days: int) -> str | None:
+    """`text` with its date moved by `days`, written in the same format ("2024-03-15",
+    "03/15/2024", "15.03.2024", "March 15, 2024", "15 Mar 2024", a date-time's date part);
+    None when `text` is not such a date."""
+    for pattern in _DATE_FORMATS:
+        match = pattern.match(text)
+        if match is None:
+            continue
+        parts = match.groupdict()
+        month = _month_number(parts["mon"]) if "mon" in parts else int(parts["m"])
+        if month is None:
+            return None
+        try:
+            moved = date(int(parts["y"]), month, int(parts["d"])) + timedelta(days=days)
+        except (ValueError, OverflowError):
+            return None
+        named = "mon" in parts
+        new = {"y": _pad_like(parts["y"], moved.year),
+               "d": _pad_like(parts["d"], moved.day, padded=not named)}
+        if named:
+            new["mon"] = _month_like(parts["mon"], moved.month)
+        else:
+            new["m"] = _pad_like(parts["m"], moved.month)
+        return _replace_groups(text, match, new)
+    return None
+
+
+def _replace_groups(text: str, match: re.Match, new: dict[str, str]) -> str:
+    pieces, last = [], 0
+    for name in sorted(new, key=match.start):
+        pieces += [text[last:match.start(name)], new[name]]
+        last = match.end(name)
+    return "".join(pieces) + text[last:]
+
+
+def shift_digits(text: str, delta: int) -> str | None:
+    """The last run of digits in `text` moved by `delta`, zero-padding kept (`C-1009` ->
+    `C-1010`, `T-007` -> `T-006`); None without digits or below zero."""
+    runs = list(_DIGITS.finditer(text))
+    if not runs:
+        return None
+    last = runs[-1]
+    number = digits_to_int(last.group())
+    if number is None or number + delta < 0:
+        return None
+    digits = str(number + delta).zfill(len(last.group()))
+    return text[: last.start()] + digits + text[last.end():]
+
+
+def number_steps(value: int | float, integer: bool) -> list[int | float]:
+    """Nearby different numbers, most natural first: +-1, then (for non-integers, or when
+    +-1 leaves the bounds) about +-10% rounded to the value's own precision."""
+    steps: list[int | float] = [value + 1, value - 1]
+    if integer:
+        return steps + [value + 10, value - 10] if abs(value) >= 20 else steps
+    decimals = _decimals(value)
+    scale = abs(value) * 0.1 if value else 0.1
+    for delta in (scale, -scale):
+        shifted = round(value + delta, max(decimals, 1 - math.floor(math.log10(scale))))
+        if shifted != value and math.isfinite(shifted):
+            steps.append(shifted)
+    return steps
+
+
+def _decimals(value: float) -> int:
+    text = repr(float(value))
+    return 0 if "e" in text or "." not in text else len(text.split(".")[1].rstrip("0"))
+
+
+def truncate_name(text: str) -> str | None:
+    """A multi-word name or phrase cut to its first half ("San Francisco, CA" -> "San";
+    "best pizza in Rome" -> "best pizza"). None when the cut would keep the meaning: the
+    first comma part is one word (dropping ", CA" names the same place), or only a company
+    suffix would go ("Tesla Inc" -> "Tesla"), or what is left is only a number ("5 kg")."""
+    head = text.split(",", 1)[0]
+    words = head.split()
+    if len(words) < 2:
+        return None
+    kept = words[: max(1, len(words) // 2)]
+    dropped = words[len(kept):]
+    if all(word.lower().strip(".,") in _NAME_SUFFIXES for word in dropped):
+        return None
+    shorter = " ".join(kept)
+    if _DIGITS.fullmatch(shorter.replace(".", "").replace("-", "")) or shorter == text.strip():
+        return None
+    return shorter
