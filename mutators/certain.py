@@ -15,8 +15,12 @@ from mutators.jsonvalues import json_type
 from mutators.prose import UNREADABLE, marked_cosmetic, prose_enum, same_meaning, stated_default
 from mutators.schema import Node
 from mutators.slots import Slot, effective_nodes, property_node
+from mutators.validate import ToolInfo
 
 MAX_ABSENT = 32  # absent optional arguments considered per call
+MAX_TOOL_TEXT = 2000
+_SYMMETRIC = re.compile(r"distance|similarity|gcd|lcm|greatest\s+common|least\s+common|"
+                        r"hypot|overlap|intersection|equal(?:ity)?\b|compare", re.IGNORECASE)
 _ROLE_INDEX = re.compile(r"(?:[_\-]?\d+|[_\-](?:[a-d]|one|two|first|second|left|right|lhs|rhs)"
                          r"|(?<=[a-z])[A-D])$|^(?:first|second|other)[_\-]?", re.IGNORECASE)
 
@@ -51,8 +55,15 @@ def parallel_names(first: str, second: str) -> bool:
     return bool(stem_first) and stem_first.lower() == stem_second.lower()
 
 
-def swap_changes_meaning(first_key: Any, second_key: Any, first: Any, second: Any) -> bool:
-    if same_meaning(first, second):
+def symmetric_tool(tool: ToolInfo) -> bool:
+    """Whether the tool's name or description says it computes a symmetric relation."""
+    text = f"{tool.name} {tool.description if isinstance(tool.description, str) else ''}"
+    return bool(_SYMMETRIC.search(text[:MAX_TOOL_TEXT]))
+
+
+def swap_changes_meaning(tool: ToolInfo, first_key: Any, second_key: Any, first: Any,
+                         second: Any) -> bool:
+    if same_meaning(first, second) or symmetric_tool(tool):
         return False
     return not (isinstance(first_key, str) and isinstance(second_key, str)
                 and parallel_names(first_key, second_key))

@@ -5,6 +5,7 @@ Operators (subkinds):
   (`env.alternatives(call, path)`): another customer's id, another file; tried first.
 - other_entity: another entity of the same kind (`entities.py`: "Paris" -> "Berlin",
   "USD" -> "EUR", "cm" -> "in") or another example the description gives ("e.g. 'London'").
+- parent_path: a file path or URL without its last segment ("/etc/hosts" -> "/etc").
 - swapped_arguments: two arguments of the same JSON type trade values.
 - off_by_one / shifted_number: an integer +-1, a float +-1 (or about +-10%).
 - shifted_date: a date (ISO, `03/15/2024`, `15.03.2024`, `March 15, 2024`, a date-time's
@@ -33,7 +34,8 @@ are proposed (`certain` below; the facts stated in prose come from `prose.py`):
 - no replacement may have the original's meaning: not the same text but for case,
   whitespace or `-`/`_`, not an equal number in another type (1 vs "1" vs 1.0);
 - two arguments with parallel names (`num1`/`num2`, `a`/`b`, `x`/`y`) are not swapped: the
-  function may be symmetric (gcd, distance);
+  function may be symmetric (gcd, sum); nor are any two of a tool that says it computes a
+  symmetric relation (a distance, a similarity, a greatest common divisor);
 - an array item that occurs twice is not dropped (a set would not change);
 - a name is not cut to its first comma part ("Boston, MA" -> "Boston") nor just stripped of
   a company suffix ("Tesla Inc").
@@ -52,7 +54,8 @@ from mutators.negative import Candidate, KindSpec, MutationContext, by_subkind
 from mutators.prose import prose_enum, prose_examples, same_meaning
 from mutators.schema import Node
 from mutators.validate import ValidationError
-from mutators.value_shifts import number_steps, shift_date, shift_digits, truncate_name
+from mutators.value_shifts import (number_steps, parent_path, shift_date, shift_digits,
+                                   truncate_name)
 
 MAX_ALTERNATIVE_SLOTS = 64
 MAX_ALTERNATIVES = 8
@@ -104,6 +107,10 @@ def other_entity(ctx: MutationContext) -> Iterator[Candidate]:
             if not same_meaning(value, slot.value):
                 yield _replace(ctx, slot.parts, "other_entity", slot.value, value,
                                f"another {key or 'value'} for {format_path(slot.parts)}")
+        parent = parent_path(slot.value)
+        if parent is not None:
+            yield _replace(ctx, slot.parts, "parent_path", slot.value, parent,
+                           f"{format_path(slot.parts)} names the enclosing folder or page")
 
 
 def swapped_arguments(ctx: MutationContext) -> Iterator[Candidate]:
@@ -117,7 +124,8 @@ def swapped_arguments(ctx: MutationContext) -> Iterator[Candidate]:
             for second, b in scalars[i + 1:]:
                 if json_type(a) != json_type(b) or json_equal(a, b):
                     continue
-                if _unverified(ctx) and not certain.swap_changes_meaning(first, second, a, b):
+                if _unverified(ctx) and not certain.swap_changes_meaning(ctx.tool, first, second,
+                                                                         a, b):
                     continue
                 parts_a, parts_b = slot.parts + (first,), slot.parts + (second,)
 

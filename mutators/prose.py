@@ -32,7 +32,7 @@ _VALUE = rf"(?:{_QUOTED}|{_BARE})"
 _DEFAULT_PHRASES = (
     r"\bdefaults?\s+(?:is|to|value\s+is|value|of|=|:)\s*",
     r"\bdefaulting\s+to\s+",
-    r"\bdefaults?\s+(?=['\"`‘“])",
+    r"\bdefaults?\s+(?=['\"`‘“]|-?\d|(?:true|false|none|null)\b)",
     r"\bdefault\s*[:=]\s*",
     r"\(\s*default\s+",
     r"\bif\s+(?:not\s+(?:specified|provided|given|set|supplied)|omitted|unspecified|absent"

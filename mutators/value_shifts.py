@@ -139,3 +139,20 @@ def truncate_name(text: str) -> str | None:
     if _DIGITS.fullmatch(shorter.replace(".", "").replace("-", "")) or shorter == text.strip():
         return None
     return shorter
+
+
+_URL_OR_PATH = re.compile(r"^(?:[a-z][a-z0-9+.\-]*://[^/\s]+)?(?:/?[^/\s]+)(?:/[^/\s]+)+/?$",
+                          re.IGNORECASE)
+
+
+def parent_path(text: str) -> str | None:
+    """A file path or URL without its last segment ("/etc/hosts" -> "/etc",
+    "https://x.org/a/b" -> "https://x.org/a"): another resource. None when `text` is not
+    path-like or has no segment to spare."""
+    if len(text) > 2000 or not _URL_OR_PATH.match(text):
+        return None
+    trimmed = text.rstrip("/")
+    head, _, last = trimmed.rpartition("/")
+    if not head or not last or head.endswith(":/") or head.endswith(":") or head in ("", "."):
+        return None
+    return head
