@@ -21,6 +21,12 @@ MAX_ABSENT = 32  # absent optional arguments considered per call
 MAX_TOOL_TEXT = 2000
 _SYMMETRIC = re.compile(r"distance|similarity|gcd|lcm|greatest\s+common|least\s+common|"
                         r"hypot|overlap|intersection|equal(?:ity)?\b|compare", re.IGNORECASE)
+# A tool that computes a quantity from its numbers (an area, a force, a final velocity) may
+# multiply or add two of them, and then their swap changes nothing: base x height,
+# mass x acceleration, acceleration x time. Numbers are not swapped in such a tool.
+_COMPUTES = re.compile(r"calculat|comput|\bcalc|formula|equation|\bmath\b|\barea\b|volume|"
+                       r"perimeter|product|multipl|\bsum\b|\badd\b|total|average|\bmean\b|"
+                       r"force|velocity|speed|momentum|energy|physics", re.IGNORECASE)
 _ROLE_INDEX = re.compile(r"(?:[_\-]?\d+|[_\-](?:[a-d]|one|two|first|second|left|right|lhs|rhs)"
                          r"|(?<=[a-z])[A-D])$|^(?:first|second|other)[_\-]?", re.IGNORECASE)
 
@@ -61,9 +67,18 @@ def symmetric_tool(tool: ToolInfo) -> bool:
     return bool(_SYMMETRIC.search(text[:MAX_TOOL_TEXT]))
 
 
+def computes_from_numbers(tool: ToolInfo) -> bool:
+    """Whether the tool's name or description says it calculates a quantity (see
+    `_COMPUTES`): two of its numbers may enter the result symmetrically."""
+    text = f"{tool.name} {tool.description if isinstance(tool.description, str) else ''}"
+    return bool(_COMPUTES.search(text[:MAX_TOOL_TEXT]))
+
+
 def swap_changes_meaning(tool: ToolInfo, first_key: Any, second_key: Any, first: Any,
                          second: Any) -> bool:
     if same_meaning(first, second) or symmetric_tool(tool):
+        return False
+    if json_type(first) in ("integer", "number") and computes_from_numbers(tool):
         return False
     return not (isinstance(first_key, str) and isinstance(second_key, str)
                 and parallel_names(first_key, second_key))

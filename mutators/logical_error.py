@@ -35,7 +35,8 @@ are proposed (`certain` below; the facts stated in prose come from `prose.py`):
   whitespace or `-`/`_`, not an equal number in another type (1 vs "1" vs 1.0);
 - two arguments with parallel names (`num1`/`num2`, `a`/`b`, `x`/`y`) are not swapped: the
   function may be symmetric (gcd, sum); nor are any two of a tool that says it computes a
-  symmetric relation (a distance, a similarity, a greatest common divisor);
+  symmetric relation (a distance, a similarity, a greatest common divisor); nor two numbers
+  of a tool that calculates a quantity (base x height, mass x acceleration);
 - an array item that occurs twice is not dropped (a set would not change);
 - a name is not cut to its first comma part ("Boston, MA" -> "Boston") nor just stripped of
   a company suffix ("Tesla Inc").

@@ -105,16 +105,20 @@ def shift_digits(text: str, delta: int) -> str | None:
 def number_steps(value: int | float, integer: bool) -> list[int | float]:
     """Nearby different numbers, most natural first: +-1, then (for non-integers, or when
     +-1 leaves the bounds) about +-10% rounded to the value's own precision."""
-    steps: list[int | float] = [value + 1, value - 1]
     if integer:
+        steps: list[int | float] = [value + 1, value - 1]
         return steps + [value + 10, value - 10] if abs(value) >= 20 else steps
     decimals = _decimals(value)
     scale = abs(value) * 0.1 if value else 0.1
+    relative = []
     for delta in (scale, -scale):
         shifted = round(value + delta, max(decimals, 1 - math.floor(math.log10(scale))))
         if shifted != value and math.isfinite(shifted):
-            steps.append(shifted)
-    return steps
+            relative.append(shifted)
+    # +-1 written at the value's own precision (2.2945 - 1 is 1.2945, not 1.2945000000000002);
+    # for a small value (a probability, 8.854e-12) a step of 1 is no plausible slip: +-10% first.
+    units = [round(value + 1, decimals), round(value - 1, decimals)]
+    return relative + units if abs(value) < 2 else units + relative
 
 
 def _decimals(value: float) -> int:
@@ -126,7 +130,8 @@ def truncate_name(text: str) -> str | None:
     """A multi-word name or phrase cut to its first half ("San Francisco, CA" -> "San";
     "best pizza in Rome" -> "best pizza"). None when the cut would keep the meaning: the
     first comma part is one word (dropping ", CA" names the same place), or only a company
-    suffix would go ("Tesla Inc" -> "Tesla"), or what is left is only a number ("5 kg")."""
+    suffix would go ("Tesla Inc" -> "Tesla"), or what is left holds a number ("5 kg",
+    "10:00 AM" -> "10:00" may say the same)."""
     head = text.split(",", 1)[0]
     words = head.split()
     if len(words) < 2:
@@ -136,20 +141,25 @@ def truncate_name(text: str) -> str | None:
     if all(word.lower().strip(".,") in _NAME_SUFFIXES for word in dropped):
         return None
     shorter = " ".join(kept)
-    if _DIGITS.fullmatch(shorter.replace(".", "").replace("-", "")) or shorter == text.strip():
-        return None
+    if _DIGITS.search(shorter) or shorter == text.strip():
+        return None  # "10:00 AM" -> "10:00", "5 kg" -> "5": a quantity, not a name cut short
     return shorter
 
 
 _URL_OR_PATH = re.compile(r"^(?:[a-z][a-z0-9+.\-]*://[^/\s]+)?(?:/?[^/\s]+)(?:/[^/\s]+)+/?$",
                           re.IGNORECASE)
+# Only what is surely a location: a URL, an absolute or home- or dot-relative path, or a
+# relative path ending in a file name ("src/main.py"). Not a unit ("g/cm3", "km/h"), a ratio
+# or a date ("11/06/1990"), whose "parent" would be another kind of value.
+_SURE_LOCATION = re.compile(r"^(?:[a-z][a-z0-9+.\-]*://|/|~/|\.{1,2}/)|/[^/\s]*[A-Za-z_][^/\s]*"
+                            r"\.[A-Za-z][A-Za-z0-9]{0,7}$", re.IGNORECASE)
 
 
 def parent_path(text: str) -> str | None:
     """A file path or URL without its last segment ("/etc/hosts" -> "/etc",
     "https://x.org/a/b" -> "https://x.org/a"): another resource. None when `text` is not
     path-like or has no segment to spare."""
-    if len(text) > 2000 or not _URL_OR_PATH.match(text):
+    if len(text) > 2000 or not _URL_OR_PATH.match(text) or not _SURE_LOCATION.search(text):
         return None
     trimmed = text.rstrip("/")
     head, _, last = trimmed.rpartition("/")

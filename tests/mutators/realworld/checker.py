@@ -64,7 +64,8 @@ def raw_at(root: dict, path: tuple) -> dict | None:
     for part in path:
         if isinstance(part, int):
             items = schema.get("items")
-            schema = _resolve(items, root) if isinstance(items, dict) else {}
+            schema = _resolve(items, root) if isinstance(items, dict) else _item_of_name(
+                schema.get("type"), part)
         else:
             properties = schema.get("properties") or {}
             if part in properties:
@@ -74,6 +75,18 @@ def raw_at(root: dict, path: tuple) -> dict | None:
             else:
                 return None
     return schema
+
+
+def _item_of_name(name: Any, index: int) -> dict:
+    """The item schema a generic type name states: `List[str]` -> str for every item,
+    `Tuple[int, str]` -> int for item 0; {} (anything) otherwise."""
+    match = re.fullmatch(r"\s*(list|tuple|array)\[(.+)\]\s*", str(name), re.IGNORECASE)
+    if match is None:
+        return {}
+    arguments = [a.strip() for a in match.group(2).split(",")]
+    if match.group(1).lower() != "tuple" or arguments[-1] == "...":
+        return {"type": arguments[0]}
+    return {"type": arguments[index]} if index < len(arguments) else {}
 
 
 def _type_names(name: str) -> set[str] | None:

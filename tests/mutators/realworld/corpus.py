@@ -12,6 +12,8 @@ find out for themselves:
   ("defaults to the last trading day"). `default` keywords are read from the spec itself.
 - `cosmetic`: booleans a task is indifferent to (formatting, optional extras).
 - `symmetric`: argument pairs whose swap leaves the result as it was (gcd, distance).
+- `no_default`: paths whose description says "default" without stating one (an enum member
+  named 'default'), checked by hand.
 
 `load_cases()` also derives two restyled variants of every spec, programmatically and
 deterministically: (1) type names rewritten in other spellings (`int`, `Integer`,
@@ -186,10 +188,12 @@ def unannotated_defaults(entry: dict[str, Any]) -> list[str]:
     """Paths whose description speaks of a default that `truth.defaults` does not record
     (a check on the corpus itself: a forgotten annotation would skew the checker)."""
     truth = entry.get("truth", {}).get("defaults", {})
+    checked = set(entry.get("truth", {}).get("no_default", ()))
     spec = bare_spec(entry["tool"])
     missing = []
     for path, sub, _ in _properties(spec["parameters"]):
         text = sub.get("description", "")
-        if _MENTIONS_DEFAULT.search(text) and path not in truth and "default" not in sub:
+        if _MENTIONS_DEFAULT.search(text) and path not in truth and "default" not in sub \
+                and path not in checked:
             missing.append(path)
     return missing
