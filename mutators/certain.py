@@ -102,6 +102,13 @@ def _distinct(values: Any) -> list[Any]:
     return kept
 
 
+def listed_in_prose(slot: Slot) -> bool:
+    """Whether the slot's value is one of the values its description lists: then the only
+    certain change is another listed value (`other_members`); a shifted, cut or swapped-in
+    value would leave the stated set ("pm25" -> "pm26") rather than name another choice."""
+    return any(same_meaning(member, slot.value) for member in prose_enum(slot.node))
+
+
 def has_duplicate(items: list | tuple, index: int) -> bool:
     """Whether the item at `index` occurs elsewhere in the array (dropping it changes no set)."""
     return any(same_meaning(items[index], other) for i, other in enumerate(items) if i != index)

@@ -39,7 +39,10 @@ are proposed (`certain` below; the facts stated in prose come from `prose.py`):
   of a tool that calculates a quantity (base x height, mass x acceleration);
 - an array item that occurs twice is not dropped (a set would not change);
 - a name is not cut to its first comma part ("Boston, MA" -> "Boston") nor just stripped of
-  a company suffix ("Tesla Inc").
+  a company suffix ("Tesla Inc"), nor is a quantity cut ("10:00 AM" -> "10:00");
+- a value that is one of those its description lists ("pm25, pm10, o3 or no2") only becomes
+  another listed value: shifting, cutting or swapping it would leave the stated set;
+- parent_path only for what is surely a path or URL (not "g/cm3" or "11/06/1990").
 """
 
 from __future__ import annotations
@@ -100,7 +103,7 @@ def other_entity(ctx: MutationContext) -> Iterator[Candidate]:
     if not _unverified(ctx):
         return
     for slot in ctx.slots[1:]:
-        if not isinstance(slot.value, str):
+        if not isinstance(slot.value, str) or certain.listed_in_prose(slot):
             continue
         key = slot.key if isinstance(slot.key, str) else ""
         examples = [e for e in prose_examples(slot.node) if isinstance(e, str)]
@@ -115,12 +118,15 @@ def other_entity(ctx: MutationContext) -> Iterator[Candidate]:
 
 
 def swapped_arguments(ctx: MutationContext) -> Iterator[Candidate]:
-    """Two scalar arguments of one object, same JSON type, different values, swapped."""
+    """Two scalar arguments of one object, same JSON type, different values, swapped
+    (without an environment, none whose value is one of those its description lists)."""
+    listed = {s.parts for s in ctx.slots[1:] if _unverified(ctx) and certain.listed_in_prose(s)}
     for slot in ctx.slots:
         if not isinstance(slot.value, dict):
             continue
         scalars = [(k, v) for k, v in slot.value.items()
-                   if json_type(v) in ("string", "integer", "number")]
+                   if json_type(v) in ("string", "integer", "number")
+                   and slot.parts + (k,) not in listed]
         for i, (first, a) in enumerate(scalars):
             for second, b in scalars[i + 1:]:
                 if json_type(a) != json_type(b) or json_equal(a, b):
@@ -172,7 +178,7 @@ def shifted_values(ctx: MutationContext) -> Iterator[Candidate]:
                                f"flipped {format_path(slot.parts)}")
         elif tag in ("integer", "number"):
             yield from _shifted_numbers(ctx, slot, tag)
-        elif tag == "string":
+        elif tag == "string" and not (_unverified(ctx) and certain.listed_in_prose(slot)):
             yield from _shifted_strings(ctx, slot)
 
 
@@ -184,7 +190,7 @@ def truncated_text(ctx: MutationContext) -> Iterator[Candidate]:
         if not isinstance(value, str) or _ISO_DATE.match(value):
             continue
         if _unverified(ctx):
-            shorter = truncate_name(value)
+            shorter = None if certain.listed_in_prose(slot) else truncate_name(value)
         elif " " in value.strip():
             words = value.split()
             shorter = " ".join(words[: max(1, len(words) // 2)])

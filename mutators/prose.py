@@ -57,7 +57,7 @@ _ENUM_LEAD = re.compile(
 _QUOTED_ITEM = re.compile(_QUOTED)
 _BARE_ITEM = re.compile(r"[A-Za-z0-9_][\w.\-+/]*")
 _LIST_GLUE = re.compile(r"^(?:\s*(?:,|/|\||\bor\b|\band\b)\s*)+$", re.IGNORECASE)
-_SENTENCE_END = re.compile(r"\.(?:\s|$)|;|\n|\)")
+_SENTENCE_END = re.compile(r"\.(?:\s|$)|;|\n|\(|\)")  # a list ends at a sentence or an aside
 
 _EXAMPLE = re.compile(rf"\b(?:e\.\s?g\.?,?|for\s+example,?|such\s+as|example\s*:|"
                       rf"like)\s*{_QUOTED}", re.IGNORECASE)
@@ -131,23 +131,41 @@ def _enum_tail(text: str, start: int) -> list[str]:
     if len(quoted) >= 2 and all(_LIST_GLUE.match(tail[a.end():b.start()] or ",")
                                 for a, b in zip(quoted, quoted[1:])):
         return [_first_group(m) for m in quoted]
-    words = list(_BARE_ITEM.finditer(tail))
+    # "or" / "and" are glue, not members ("metric, imperial or scientific")
+    words = [w for w in _BARE_ITEM.finditer(tail) if w.group().lower() not in ("or", "and")]
     if len(words) < 2 or not re.fullmatch(r"[\s:,]*", tail[: words[0].start()]):
         return []
     if not all(_LIST_GLUE.match(tail[a.end():b.start()] or "-") for a, b in zip(words, words[1:])):
         return []
-    return [w.group() for w in words if w.group().lower() not in ("or", "and")]
+    return [w.group() for w in words]
+
+
+# Without a lead phrase a list is taken only at the start of the description or after a
+# label's colon ("Topic: inspire, sports, life or art"; "young, adult or senior."), and only
+# with three members or more, which a sentence rarely has by chance.
+_LABEL_LEAD = re.compile(r"^\s*|:\s*")
+MIN_UNLED_MEMBERS = 3
+
+
+def _listed_members(text: str) -> list[str]:
+    for lead in _ENUM_LEAD.finditer(text):
+        members = _enum_tail(text, lead.end())
+        if len(members) >= 2:
+            return members
+    for lead in _LABEL_LEAD.finditer(text):
+        members = _enum_tail(text, lead.end())
+        if len(members) >= MIN_UNLED_MEMBERS:
+            return members
+    return []
 
 
 def prose_enum(node: Node) -> tuple:
     """The allowed values the description lists ("one of 'a', 'b' or 'c'", "Options: metric,
-    imperial"), typed like the node's values; () when it lists none."""
+    imperial", "Topic: inspire, sports or art"), typed like the node's values; () when it
+    lists none."""
     if "prose_enum" not in node.memo:
-        text, members = _text(node), []
-        for lead in _ENUM_LEAD.finditer(text):
-            members = _enum_tail(text, lead.end())
-            if len(members) >= 2:
-                break
+        text = _text(node)
+        members = _listed_members(text)
         node.memo["prose_enum"] = tuple(dict.fromkeys(
             _typed(m, True, node) for m in members if m)) if len(members) >= 2 else ()
     return node.memo["prose_enum"]

@@ -22,6 +22,8 @@ Rules:
   * not a boolean flip of a cosmetic switch, nor of an optional one without stated default;
   * not a name cut to its first comma part or stripped of a company suffix;
   * not a swap of two arguments in symmetric roles;
+  * a value the description lists among the allowed ones (truth `enums`) only becomes
+    another listed value, never one outside the stated set (also not by a swap);
   * and the subkind's own promise (off_by_one moves a number by 1, shifted_date moves a
     date, dropped_optional drops, set_optional adds, swapped_arguments swaps, ...).
 """
@@ -121,6 +123,15 @@ def _type_names(name: str) -> set[str] | None:
 def allowed_types(schema: dict) -> set[str] | None:
     """JSON types the raw schema allows (None: any)."""
     kind = schema.get("type")
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if kind is None and isinstance(branches, list):
+        union: set[str] = set()
+        for branch in branches:
+            found = allowed_types(branch) if isinstance(branch, dict) else None
+            if found is None:
+                return None
+            union |= found
+        return union
     if kind is None:
         if "enum" in schema:
             return {_json_type(v) for v in schema["enum"]}
@@ -322,6 +333,9 @@ def _swap_reason(case: Case, changes: list) -> str | None:
     (path_a, a, _), (path_b, b, _) = changes
     if same_meaning(a, b):
         return "swapped two values with the same meaning"
+    left = _left_listed(case, path_a, a, b) or _left_listed(case, path_b, b, a)
+    if left:
+        return left
     pair = frozenset((schema_path(path_a), schema_path(path_b)))
     if pair in case.truth.symmetric:
         return f"swapped symmetric arguments {sorted(pair)}"
@@ -345,10 +359,21 @@ def _change_reason(case: Case, path: tuple, old: Any, new: Any) -> str | None:
         return _array_reason(old, new, where)
     if same_meaning(old, new):
         return f"{where}: {old!r} -> {new!r} says the same"
+    if (left := _left_listed(case, path, old, new)) is not None:
+        return left
     if isinstance(old, bool):
         return _flip_reason(case, path, where)
     if isinstance(old, str) and isinstance(new, str) and _cut_qualifier(old, new):
         return f"{where}: {old!r} -> {new!r} names the same thing"
+    return None
+
+
+def _left_listed(case: Case, path: tuple, old: Any, new: Any) -> str | None:
+    """Why replacing a listed value by `new` is no logical error: `new` is not listed."""
+    members = case.truth.enums.get(schema_path(path), ())
+    if any(same_meaning(old, m) for m in members) and not any(same_meaning(new, m)
+                                                              for m in members):
+        return f"{schema_path(path)}: {new!r} is not one of the listed values {list(members)}"
     return None
 
 

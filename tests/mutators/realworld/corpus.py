@@ -12,6 +12,8 @@ find out for themselves:
   ("defaults to the last trading day"). `default` keywords are read from the spec itself.
 - `cosmetic`: booleans a task is indifferent to (formatting, optional extras).
 - `symmetric`: argument pairs whose swap leaves the result as it was (gcd, distance).
+- `enums`: the values a description lists as the allowed ones ("Either 'buy' or 'sell'"),
+  by schema path; a logical error may only replace a listed value by another listed one.
 - `no_default`: paths whose description says "default" without stating one (an enum member
   named 'default'), checked by hand.
 
@@ -53,6 +55,7 @@ class Truth:
     defaults: dict[str, Any] = field(default_factory=dict)
     cosmetic: frozenset[str] = frozenset()
     symmetric: tuple[frozenset[str], ...] = ()
+    enums: dict[str, tuple] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,8 @@ class Case:
 
 def _truth(raw: dict[str, Any]) -> Truth:
     return Truth(dict(raw.get("defaults", {})), frozenset(raw.get("cosmetic", ())),
-                 tuple(frozenset(pair) for pair in raw.get("symmetric", ())))
+                 tuple(frozenset(pair) for pair in raw.get("symmetric", ())),
+                 {path: tuple(members) for path, members in raw.get("enums", {}).items()})
 
 
 def bare_spec(tool: dict[str, Any]) -> dict[str, Any]:
@@ -123,12 +127,14 @@ def _render(value: Any, quoted: bool) -> str:
 
 
 def _into_prose(parameters: dict[str, Any], defaults: dict[str, Any],
-                rng: random.Random) -> None:
-    """`default` and string `enum` keywords moved into the description."""
+                enums: dict[str, tuple], rng: random.Random) -> None:
+    """`default` and string `enum` keywords moved into the description (recorded in
+    `defaults` / `enums`)."""
     for path, sub, _ in list(_properties(parameters)):
         text = sub.get("description", "").rstrip()
         if isinstance(sub.get("enum"), list) and all(isinstance(m, str) for m in sub["enum"]):
             members = sub.pop("enum")
+            enums[path] = tuple(members)
             quoted = [f"'{m}'" for m in members]
             text += " " + rng.choice(_ENUM_PHRASES).format(
                 quoted=", ".join(quoted), bare=", ".join(members),
@@ -151,11 +157,11 @@ def _variants(entry: dict[str, Any], index: int) -> Iterator[tuple[str, dict, Tr
     _restyle_types(typed["parameters"], rng)
     yield "respelled-types", {"type": "function", "function": typed}, truth
     prose = copy.deepcopy(spec)
-    defaults = dict(truth.defaults)
-    _into_prose(prose["parameters"], defaults, rng)
+    defaults, enums = dict(truth.defaults), dict(truth.enums)
+    _into_prose(prose["parameters"], defaults, enums, rng)
     yield "prose-defaults", {"name": prose["name"], "description": prose["description"],
                              "input_schema": prose["parameters"]}, Truth(
-        defaults, truth.cosmetic, truth.symmetric)
+        defaults, truth.cosmetic, truth.symmetric, enums)
 
 
 def load_entries() -> list[tuple[str, dict[str, Any]]]:
