@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mutators import mutate_report, validate
 from mutators.jsonvalues import json_equal
 from mutators.value_shifts import number_steps, shift_date, shift_digits, truncate_name
@@ -154,3 +156,42 @@ def test_custom_operator_is_injectable():
     # a case change says the same thing: not a logical error without an environment
     negative, reason = logical(call, CREATE_TICKET, operators={"logical_error": [uppercase_title]})
     assert negative is None and "certainly changes the meaning" in reason
+
+
+def test_calculating_tools_get_no_number_swaps():
+    tool = function_tool("calculate_triangle_area", {
+        "base": {"type": "integer"}, "height": {"type": "integer"},
+    }, ["base", "height"], additionalProperties=False)
+    call = {"name": "calculate_triangle_area", "arguments": {"base": 10, "height": 5}}
+    subkinds = {logical(call, tool, seed)[0].subkind for seed in range(30)}
+    assert "swapped_arguments" not in subkinds and "off_by_one" in subkinds
+    # strings of a non-calculating tool still swap (origin / destination)
+    flight = function_tool("book_flight", {"origin": {"type": "string"},
+                                           "destination": {"type": "string"}},
+                           ["origin", "destination"], additionalProperties=False)
+    swapped = [logical({"name": "book_flight", "arguments": {"origin": "SFO", "destination":
+                                                             "JFK"}}, flight, seed)[0]
+               for seed in range(30)]
+    assert any(n.subkind == "swapped_arguments" for n in swapped)
+
+
+def test_values_listed_in_prose_only_become_other_listed_values():
+    tool = function_tool("air_quality", {
+        "city": {"type": "string"},
+        "pollutant": {"type": "string", "description": "Pollutant: pm25, pm10, o3 or no2."},
+    }, ["city", "pollutant"], additionalProperties=False)
+    call = {"name": "air_quality", "arguments": {"city": "Delhi", "pollutant": "pm25"}}
+    for seed in range(40):
+        negative, _ = logical(call, tool, seed)
+        mutated = negative.call["arguments"]["pollutant"]
+        assert mutated in ("pm25", "pm10", "o3", "no2")   # never "pm26", never a swapped city
+
+
+def test_parent_path_only_for_sure_paths_and_no_cut_quantities():
+    from mutators.value_shifts import parent_path
+    assert parent_path("/etc/hosts") == "/etc" and parent_path("src/main.py") == "src"
+    assert parent_path("https://example.com/a/b") == "https://example.com/a"
+    assert parent_path("g/cm3") is None and parent_path("11/06/1990") is None
+    assert truncate_name("10:00 AM") is None
+    assert number_steps(2.2945, False)[:2] == [3.2945, 1.2945]  # the value's own precision
+    assert number_steps(8.854e-12, False)[0] == pytest.approx(9.74e-12)  # small: +-10% first
