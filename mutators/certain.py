@@ -10,6 +10,7 @@ import re
 from typing import Any, Iterator
 
 from mutators.compile import CompiledSchema
+from mutators.entities import alias_of
 from mutators.introspect import accepted_types, group_policy
 from mutators.jsonvalues import json_type
 from mutators.prose import UNREADABLE, marked_cosmetic, prose_enum, same_meaning, stated_default
@@ -18,6 +19,18 @@ from mutators.slots import Slot, effective_nodes, property_node
 from mutators.validate import ToolInfo
 
 MAX_ABSENT = 32  # absent optional arguments considered per call
+# Values whose meaning depends on the context: a default of "today" or "auto" may pick exactly
+# the value the call gives, so neither dropping that value nor moving away from it is certain.
+_INDEFINITE = frozenset({
+    "today", "now", "tomorrow", "yesterday", "current", "latest", "newest", "auto",
+    "automatic", "auto detect", "autodetect", "auto detected", "detect", "detected",
+    "default", "system", "local", "unspecified", "inherit", "inherited", "same"})
+# Arguments that tune how a call runs, not what it asks: a timeout, retries, verbosity, a cap
+# on generated tokens. Changing them rarely changes the answer, so they are left alone.
+_TUNING_WORDS = frozenset({"timeout", "retries", "retry", "backoff", "poll", "polling",
+                           "concurrency", "workers", "threads", "parallelism", "verbose",
+                           "verbosity", "indent", "pretty", "debug", "cache", "tokens"})
+_KEY_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 MAX_TOOL_TEXT = 2000
 _SYMMETRIC = re.compile(r"distance|similarity|gcd|lcm|greatest\s+common|least\s+common|"
                         r"hypot|overlap|intersection|equal(?:ity)?\b|compare", re.IGNORECASE)
@@ -31,11 +44,27 @@ _ROLE_INDEX = re.compile(r"(?:[_\-]?\d+|[_\-](?:[a-d]|one|two|first|second|left|
                          r"|(?<=[a-z])[A-D])$|^(?:first|second|other)[_\-]?", re.IGNORECASE)
 
 
+def indefinite(value: Any) -> bool:
+    """Whether `value` names something only the context fixes ("today", "auto", "latest")."""
+    return isinstance(value, str) and " ".join(
+        value.replace("-", " ").replace("_", " ").split()).casefold() in _INDEFINITE
+
+
 def readable_default(node: Node) -> tuple | None:
-    """`(value,)` of the stated default when it can be read; None when none is stated or it
-    cannot be read."""
+    """`(value,)` of the stated default when it can be read and means one definite value;
+    None when none is stated, it cannot be read, or it is indefinite ("today", "auto")."""
     default = stated_default(node)
-    return None if default is None or default is UNREADABLE else default
+    if default is None or default is UNREADABLE or indefinite(default[0]):
+        return None
+    return default
+
+
+def tunes_only(key: Any) -> bool:
+    """Whether an argument's name says it tunes how the call runs (`timeout`, `max_retries`,
+    `verbose`, `max_tokens`) rather than what it asks."""
+    if not isinstance(key, str) or len(key) > 200:
+        return False
+    return any(word.lower() in _TUNING_WORDS for word in _KEY_WORDS.findall(key))
 
 
 def drop_changes_meaning(slot: Slot) -> bool:
@@ -87,10 +116,18 @@ def swap_changes_meaning(tool: ToolInfo, first_key: Any, second_key: Any, first:
 def other_members(enum: tuple, prose: tuple, value: Any) -> list[Any]:
     """Members of the schema's enum, then of the description's list when `value` is on it,
     that do not mean what `value` means."""
+    if indefinite(value):
+        return []  # away from "auto": auto may have picked the new value
     members = list(enum)
     if any(same_meaning(member, value) for member in prose):
         members += prose
-    return _distinct(m for m in members if not same_meaning(m, value))
+    return _distinct(m for m in members if not same_meaning(m, value) and not indefinite(m)
+                     and not _aliases(m, value))
+
+
+def _aliases(first: Any, second: Any) -> bool:
+    """Two spellings of one thing ("asc" / "ascending")."""
+    return isinstance(first, str) and isinstance(second, str) and alias_of(first, second)
 
 
 def _distinct(values: Any) -> list[Any]:
@@ -125,7 +162,7 @@ def absent_optionals(schema: CompiledSchema, slots: list[Slot]) -> Iterator[tupl
             if key in slot.value:
                 continue
             node, required = property_node(nodes, key)
-            if required:
+            if required or tunes_only(key):
                 continue
             yield slot, key, node
             count += 1
@@ -144,7 +181,8 @@ def non_default_values(node: Node) -> list[Any]:
     types = accepted_types(node) or frozenset()
     members = list(node.enum or ()) + list(prose_enum(node))
     if members:
-        return _distinct(m for m in members if not same_meaning(m, value))[:4]
+        return _distinct(m for m in members if not same_meaning(m, value) and not indefinite(m)
+                         and not _aliases(m, value))[:4]
     tag = json_type(value)
     if tag == "boolean" and not marked_cosmetic(node):
         return [not value]

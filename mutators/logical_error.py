@@ -42,7 +42,15 @@ are proposed (`certain` below; the facts stated in prose come from `prose.py`):
   a company suffix ("Tesla Inc"), nor is a quantity cut ("10:00 AM" -> "10:00");
 - a value that is one of those its description lists ("pm25, pm10, o3 or no2") only becomes
   another listed value: shifting, cutting or swapping it would leave the stated set;
-- parent_path only for what is surely a path or URL (not "g/cm3" or "11/06/1990").
+- parent_path only for what is surely a path or URL (not "g/cm3" or "11/06/1990");
+- no other name of the same thing: an alias ("asc" / "ascending", "UK" / "United Kingdom")
+  or a value inside the other ("Lakers" / "Los Angeles Lakers"); a short code only becomes
+  another of its class when the argument's name says which class ("KO" under `ticker` is
+  not Korean);
+- a default or member that only the context fixes ("today", "auto", "latest") is no
+  definite value: not dropped to, set against, or moved to or from;
+- an argument that only tunes the call (`timeout`, `max_retries`, `verbose`, `max_tokens`)
+  is not changed, dropped or set.
 """
 
 from __future__ import annotations
@@ -51,7 +59,7 @@ import re
 from typing import Iterator
 
 from mutators import certain
-from mutators.entities import siblings
+from mutators.entities import alias_of, overlaps, siblings
 from mutators.jsonvalues import (copy_json, delete_at, format_path, get_at, json_equal,
                                  json_type, non_json_reason, set_at)
 from mutators.negative import Candidate, KindSpec, MutationContext, by_subkind
@@ -79,6 +87,21 @@ def _unverified(ctx: MutationContext) -> bool:
     return ctx.probe is None
 
 
+def _tuning(ctx: MutationContext, slot) -> bool:
+    """Without an environment, an argument that only tunes the call (`timeout`) is left as
+    it is: changing it rarely changes the answer."""
+    return _unverified(ctx) and certain.tunes_only(slot.key)
+
+
+def _another_name(value, original) -> bool:
+    """The same thing named otherwise: same meaning, an alias, or one inside the other
+    ("Lakers" / "Los Angeles Lakers")."""
+    if same_meaning(value, original):
+        return True
+    return isinstance(value, str) and isinstance(original, str) and (
+        alias_of(value, original) or overlaps(value, original))
+
+
 def wrong_entity(ctx: MutationContext) -> Iterator[Candidate]:
     """Other values existing in the environment's state for an argument."""
     alternatives = getattr(ctx.env, "alternatives", None)
@@ -103,12 +126,12 @@ def other_entity(ctx: MutationContext) -> Iterator[Candidate]:
     if not _unverified(ctx):
         return
     for slot in ctx.slots[1:]:
-        if not isinstance(slot.value, str) or certain.listed_in_prose(slot):
+        if not isinstance(slot.value, str) or certain.listed_in_prose(slot) or _tuning(ctx, slot):
             continue
         key = slot.key if isinstance(slot.key, str) else ""
         examples = [e for e in prose_examples(slot.node) if isinstance(e, str)]
         for value in list(dict.fromkeys(examples + siblings(slot.value, key)))[:MAX_SIBLINGS]:
-            if not same_meaning(value, slot.value):
+            if not _another_name(value, slot.value):
                 yield _replace(ctx, slot.parts, "other_entity", slot.value, value,
                                f"another {key or 'value'} for {format_path(slot.parts)}")
         parent = parent_path(slot.value)
@@ -120,7 +143,8 @@ def other_entity(ctx: MutationContext) -> Iterator[Candidate]:
 def swapped_arguments(ctx: MutationContext) -> Iterator[Candidate]:
     """Two scalar arguments of one object, same JSON type, different values, swapped
     (without an environment, none whose value is one of those its description lists)."""
-    listed = {s.parts for s in ctx.slots[1:] if _unverified(ctx) and certain.listed_in_prose(s)}
+    listed = {s.parts for s in ctx.slots[1:]
+              if _unverified(ctx) and (certain.listed_in_prose(s) or _tuning(ctx, s))}
     for slot in ctx.slots:
         if not isinstance(slot.value, dict):
             continue
@@ -172,6 +196,8 @@ def shifted_values(ctx: MutationContext) -> Iterator[Candidate]:
     """Numbers +-1, dates +-1 day, id-like strings +-1, booleans flipped."""
     for slot in ctx.slots[1:]:
         tag = json_type(slot.value)
+        if _tuning(ctx, slot):
+            continue
         if tag == "boolean":
             if not _unverified(ctx) or certain.flip_changes_meaning(slot):
                 yield _replace(ctx, slot.parts, "flipped_boolean", slot.value, not slot.value,
@@ -214,6 +240,8 @@ def other_enum_member(ctx: MutationContext) -> Iterator[Candidate]:
     """Another member of the enum (without an environment also of the values the
     description lists, when the original is one of them)."""
     for slot in ctx.slots[1:]:
+        if _tuning(ctx, slot):
+            continue
         members = _enum_members(slot.node)
         if _unverified(ctx):
             members = certain.other_members(members, prose_enum(slot.node), slot.value)
@@ -230,7 +258,7 @@ def dropped_optional(ctx: MutationContext) -> Iterator[Candidate]:
         if slot.required or not slot.parts or isinstance(slot.key, int):
             continue
         if _unverified(ctx):
-            if not certain.drop_changes_meaning(slot):
+            if _tuning(ctx, slot) or not certain.drop_changes_meaning(slot):
                 continue
         elif slot.node.default is not None and json_equal(slot.node.default[0], slot.value):
             continue

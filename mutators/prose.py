@@ -40,7 +40,17 @@ _DEFAULT_PHRASES = (
     r"|assumes?|falls\s+back\s+to)\s+",
 )
 _DEFAULT = re.compile(rf"(?:{'|'.join(_DEFAULT_PHRASES)}){_VALUE}", re.IGNORECASE)
-_BY_DEFAULT = re.compile(rf"{_QUOTED}\s+(?:is\s+used\s+)?by\s+default", re.IGNORECASE)
+_OMITTED = (r"(?:not\s+(?:specified|provided|given|set|supplied)|omitted|unspecified|absent"
+            r"|left\s+out|none\s+is\s+given)")
+_NUMBER = r"(-?\d[\d,]*(?:\.\d+)?)"
+# The value first: "'cm' by default", "'m' if omitted", "70 when not given", and
+# "If omitted, 'oxford' is used" (a quoted value or a number only: "today if omitted" names
+# no value).
+_VALUE_FIRST = (
+    re.compile(rf"(?:{_QUOTED}|{_NUMBER})\s+(?:is\s+used\s+)?(?:by\s+default|(?:if|when)\s+"
+               rf"{_OMITTED})", re.IGNORECASE),
+    re.compile(rf"\bif\s+{_OMITTED}\s*,?\s*{_QUOTED}\s+is\s+used", re.IGNORECASE),
+)
 _WORD_FILLERS = {"the", "a", "an", "current", "all", "any", "each", "this", "that", "its",
                  "their", "your", "whatever", "same", "empty", "value", "provided", "given",
                  "specified"}
@@ -98,8 +108,8 @@ def _typed(raw: str, quoted: bool, node: Node) -> Any:
 def _read_default(text: str, node: Node) -> tuple | None:
     match = _DEFAULT.search(text)
     if match is None:
-        by_default = _BY_DEFAULT.search(text)
-        return None if by_default is None else (_typed(_first_group(by_default), True, node),)
+        found = next((m for m in (p.search(text) for p in _VALUE_FIRST) if m), None)
+        return None if found is None else (_typed(_first_group(found), True, node),)
     *quoted_groups, bare = match.groups()
     quoted = next((g for g in quoted_groups if g is not None), None)
     if quoted is not None:

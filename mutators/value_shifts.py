@@ -88,10 +88,19 @@ def _replace_groups(text: str, match: re.Match, new: dict[str, str]) -> str:
     return "".join(pieces) + text[last:]
 
 
+def _fine_fraction(text: str, run: re.Match) -> bool:
+    """A run of 3+ digits after "<digit>.": the fine decimals of a measurement
+    ("40.714224"), where +-1 is a change nobody would notice."""
+    start = run.start()
+    return (len(run.group()) >= 3 and start >= 2 and text[start - 1] == "."
+            and text[start - 2].isdigit())
+
+
 def shift_digits(text: str, delta: int) -> str | None:
     """The last run of digits in `text` moved by `delta`, zero-padding kept (`C-1009` ->
-    `C-1010`, `T-007` -> `T-006`); None without digits or below zero."""
-    runs = list(_DIGITS.finditer(text))
+    `C-1010`, `T-007` -> `T-006`); the fine decimals of a measurement are skipped
+    ("40.714224,-73.961452" -> "40.714224,-74.961452"). None without digits or below zero."""
+    runs = [run for run in _DIGITS.finditer(text) if not _fine_fraction(text, run)]
     if not runs:
         return None
     last = runs[-1]

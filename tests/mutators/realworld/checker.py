@@ -16,10 +16,12 @@ Rules:
   meaning-preserving:
   * a dropped or added optional argument counts only when the spec states a default and the
     value differs from it (no stated default, or an unreadable one: not certainly wrong);
-  * not the same text but for case, whitespace or `-`/`_`; not an equal number in another
+  * not the same text but for case, whitespace or `-`/`_`; not another name of the same
+    thing (truth `same`: "DE" / "Germany", "asc" / "ascending", "auto" / what it picks); not an equal number in another
     type (1, 1.0, "1"); not the same date in another format;
   * not a reorder of an array, nor the loss of an item that occurs twice;
-  * not a boolean flip of a cosmetic switch, nor of an optional one without stated default;
+  * no change at all of a cosmetic argument (truth `cosmetic`: a display switch, a timeout,
+    retries), nor a flip of an optional boolean without stated default;
   * not a name cut to its first comma part or stripped of a company suffix;
   * not a swap of two arguments in symmetric roles;
   * a value the description lists among the allowed ones (truth `enums`) only becomes
@@ -345,6 +347,8 @@ def _swap_reason(case: Case, changes: list) -> str | None:
 def _change_reason(case: Case, path: tuple, old: Any, new: Any) -> str | None:
     """Why this one change keeps the meaning (None: it certainly changes it)."""
     where = schema_path(path) or "arguments"
+    if schema_path(path) in case.truth.cosmetic:
+        return f"{where} is cosmetic: it does not change what the call asks"
     if old is MISSING or new is MISSING:
         value = new if old is MISSING else old
         if path and isinstance(path[-1], int):
@@ -352,12 +356,12 @@ def _change_reason(case: Case, path: tuple, old: Any, new: Any) -> str | None:
         default = stated_default(case, path)
         if default is MISSING or default == UNKNOWN:
             return f"{'added' if old is MISSING else 'dropped'} {where} without a stated default"
-        if same_meaning(default, value):
+        if same_meaning(default, value) or _same_by_truth(case, default, value):
             return f"{where}: {value!r} is the stated default"
         return None
     if isinstance(old, list) and isinstance(new, list):
         return _array_reason(old, new, where)
-    if same_meaning(old, new):
+    if same_meaning(old, new) or _same_by_truth(case, old, new):
         return f"{where}: {old!r} -> {new!r} says the same"
     if (left := _left_listed(case, path, old, new)) is not None:
         return left
@@ -366,6 +370,13 @@ def _change_reason(case: Case, path: tuple, old: Any, new: Any) -> str | None:
     if isinstance(old, str) and isinstance(new, str) and _cut_qualifier(old, new):
         return f"{where}: {old!r} -> {new!r} names the same thing"
     return None
+
+
+def _same_by_truth(case: Case, old: Any, new: Any) -> bool:
+    """Whether the corpus records `old` and `new` as names of the same thing."""
+    return any(any(same_meaning(old, v) for v in group) and any(same_meaning(new, v)
+                                                                for v in group)
+               for group in case.truth.same)
 
 
 def _left_listed(case: Case, path: tuple, old: Any, new: Any) -> str | None:

@@ -10,10 +10,14 @@ find out for themselves:
 - `defaults`: the default each description states in words, by schema path (`unit`,
   `items[].quantity`); "unknown" when the description names a default without a value
   ("defaults to the last trading day"). `default` keywords are read from the spec itself.
-- `cosmetic`: booleans a task is indifferent to (formatting, optional extras).
+- `cosmetic`: arguments a task is indifferent to: display switches, optional extras,
+  timeouts and retries.
 - `symmetric`: argument pairs whose swap leaves the result as it was (gcd, distance).
 - `enums`: the values a description lists as the allowed ones ("Either 'buy' or 'sell'"),
   by schema path; a logical error may only replace a listed value by another listed one.
+- `same`: groups of values that name the same thing ("DE", "Germany"; "asc", "ascending";
+  "Lakers", "Los Angeles Lakers"; "auto" with the values it would pick): a change within a
+  group is no logical error.
 - `no_default`: paths whose description says "default" without stating one (an enum member
   named 'default'), checked by hand.
 
@@ -56,6 +60,7 @@ class Truth:
     cosmetic: frozenset[str] = frozenset()
     symmetric: tuple[frozenset[str], ...] = ()
     enums: dict[str, tuple] = field(default_factory=dict)
+    same: tuple[tuple, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,8 @@ class Case:
 def _truth(raw: dict[str, Any]) -> Truth:
     return Truth(dict(raw.get("defaults", {})), frozenset(raw.get("cosmetic", ())),
                  tuple(frozenset(pair) for pair in raw.get("symmetric", ())),
-                 {path: tuple(members) for path, members in raw.get("enums", {}).items()})
+                 {path: tuple(members) for path, members in raw.get("enums", {}).items()},
+                 tuple(tuple(group) for group in raw.get("same", ())))
 
 
 def bare_spec(tool: dict[str, Any]) -> dict[str, Any]:
@@ -161,7 +167,7 @@ def _variants(entry: dict[str, Any], index: int) -> Iterator[tuple[str, dict, Tr
     _into_prose(prose["parameters"], defaults, enums, rng)
     yield "prose-defaults", {"name": prose["name"], "description": prose["description"],
                              "input_schema": prose["parameters"]}, Truth(
-        defaults, truth.cosmetic, truth.symmetric, enums)
+        defaults, truth.cosmetic, truth.symmetric, enums, truth.same)
 
 
 def load_entries() -> list[tuple[str, dict[str, Any]]]:
