@@ -7,6 +7,7 @@ what its description states (`prose.py`).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, Iterator
 
 from mutators.compile import CompiledSchema
@@ -62,8 +63,11 @@ def readable_default(node: Node) -> tuple | None:
 def tunes_only(key: Any) -> bool:
     """Whether an argument's name says it tunes how the call runs (`timeout`, `max_retries`,
     `verbose`, `max_tokens`) rather than what it asks."""
-    if not isinstance(key, str) or len(key) > 200:
-        return False
+    return type(key) is str and len(key) <= 200 and _tuning_name(key)
+
+
+@lru_cache(maxsize=4096)
+def _tuning_name(key: str) -> bool:
     return any(word.lower() in _TUNING_WORDS for word in _KEY_WORDS.findall(key))
 
 
@@ -82,6 +86,7 @@ def flip_changes_meaning(slot: Slot) -> bool:
     return slot.required or readable_default(slot.node) is not None
 
 
+@lru_cache(maxsize=4096)
 def parallel_names(first: str, second: str) -> bool:
     """`num1`/`num2`, `a`/`b`, `x`/`y`, `point_a`/`point_b`: arguments in symmetric roles."""
     if len(first) == 1 and len(second) == 1:
@@ -90,17 +95,25 @@ def parallel_names(first: str, second: str) -> bool:
     return bool(stem_first) and stem_first.lower() == stem_second.lower()
 
 
+def _tool_text(tool: ToolInfo) -> str:
+    description = tool.description if isinstance(tool.description, str) else ""
+    return f"{tool.name} {description}"[:MAX_TOOL_TEXT]
+
+
+@lru_cache(maxsize=1024)
+def _says(pattern: re.Pattern, text: str) -> bool:
+    return bool(pattern.search(text))
+
+
 def symmetric_tool(tool: ToolInfo) -> bool:
     """Whether the tool's name or description says it computes a symmetric relation."""
-    text = f"{tool.name} {tool.description if isinstance(tool.description, str) else ''}"
-    return bool(_SYMMETRIC.search(text[:MAX_TOOL_TEXT]))
+    return _says(_SYMMETRIC, _tool_text(tool))
 
 
 def computes_from_numbers(tool: ToolInfo) -> bool:
     """Whether the tool's name or description says it calculates a quantity (see
     `_COMPUTES`): two of its numbers may enter the result symmetrically."""
-    text = f"{tool.name} {tool.description if isinstance(tool.description, str) else ''}"
-    return bool(_COMPUTES.search(text[:MAX_TOOL_TEXT]))
+    return _says(_COMPUTES, _tool_text(tool))
 
 
 def swap_changes_meaning(tool: ToolInfo, first_key: Any, second_key: Any, first: Any,
@@ -110,6 +123,7 @@ def swap_changes_meaning(tool: ToolInfo, first_key: Any, second_key: Any, first:
     if json_type(first) in ("integer", "number") and computes_from_numbers(tool):
         return False
     return not (isinstance(first_key, str) and isinstance(second_key, str)
+                and len(first_key) + len(second_key) <= 400
                 and parallel_names(first_key, second_key))
 
 

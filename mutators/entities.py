@@ -96,6 +96,7 @@ def _index() -> dict[str, tuple[str, ...]]:
     return index
 
 
+@lru_cache(maxsize=4096)
 def alias_of(first: str, second: str) -> bool:
     """Whether two strings are spellings of one entity ("asc" / "ascending", "UK" /
     "United Kingdom"), by the alias table or equal when folded."""
@@ -103,6 +104,7 @@ def alias_of(first: str, second: str) -> bool:
     return pair == {_fold(first)} or any(pair <= group for group in _ALIASES)
 
 
+@lru_cache(maxsize=4096)
 def overlaps(first: str, second: str) -> bool:
     """Whether one string's words run inside the other's ("Lakers" in "Los Angeles Lakers",
     "Paris" in "Paris, France"): the longer may name the same thing more fully."""
@@ -131,8 +133,13 @@ def _in_case_of(template: str, word: str) -> str:
 def siblings(value: str, key: str = "", limit: int = 4) -> list[str]:
     """Other entities of `value`'s kind, in a fixed order (the caller's RNG picks): members of
     the classes `value` belongs to, else of the class `key` names; [] when neither is known."""
-    if not isinstance(value, str) or len(value) > 80:
+    if not isinstance(value, str) or len(value) > 80 or not isinstance(key, str):
         return []
+    return list(_siblings(value, key[:80], limit))
+
+
+@lru_cache(maxsize=4096)
+def _siblings(value: str, key: str, limit: int) -> tuple[str, ...]:
     folded = _fold(value)
     classes = tuple(name for name in _index().get(folded, ()) if _short_ok(value, name, key))
     if not classes and len(folded) > SHORT_CODE:
@@ -143,4 +150,4 @@ def siblings(value: str, key: str = "", limit: int = 4) -> list[str]:
         for member in _CLASSES[name]:
             if not alias_of(member, value) and not overlaps(member, value):
                 found.append(_in_case_of(value, member))
-    return list(dict.fromkeys(found))[:limit * 4]
+    return tuple(dict.fromkeys(found))[:limit * 4]

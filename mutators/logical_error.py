@@ -90,7 +90,21 @@ def _unverified(ctx: MutationContext) -> bool:
 def _tuning(ctx: MutationContext, slot) -> bool:
     """Without an environment, an argument that only tunes the call (`timeout`) is left as
     it is: changing it rarely changes the answer."""
-    return _unverified(ctx) and certain.tunes_only(slot.key)
+    if ctx.probe is not None:
+        return False
+    if "tuning" not in slot.memo:
+        slot.memo["tuning"] = certain.tunes_only(slot.key)
+    return slot.memo["tuning"]
+
+
+def _listed(ctx: MutationContext, slot) -> bool:
+    """Without an environment, whether the value is one its description lists (then only
+    another listed value replaces it)."""
+    if ctx.probe is not None:
+        return False
+    if "listed" not in slot.memo:
+        slot.memo["listed"] = certain.listed_in_prose(slot)
+    return slot.memo["listed"]
 
 
 def _another_name(value, original) -> bool:
@@ -126,7 +140,7 @@ def other_entity(ctx: MutationContext) -> Iterator[Candidate]:
     if not _unverified(ctx):
         return
     for slot in ctx.slots[1:]:
-        if not isinstance(slot.value, str) or certain.listed_in_prose(slot) or _tuning(ctx, slot):
+        if not isinstance(slot.value, str) or _listed(ctx, slot) or _tuning(ctx, slot):
             continue
         key = slot.key if isinstance(slot.key, str) else ""
         examples = [e for e in prose_examples(slot.node) if isinstance(e, str)]
@@ -143,20 +157,22 @@ def other_entity(ctx: MutationContext) -> Iterator[Candidate]:
 def swapped_arguments(ctx: MutationContext) -> Iterator[Candidate]:
     """Two scalar arguments of one object, same JSON type, different values, swapped
     (without an environment, none whose value is one of those its description lists)."""
-    listed = {s.parts for s in ctx.slots[1:]
-              if _unverified(ctx) and (certain.listed_in_prose(s) or _tuning(ctx, s))}
+    unverified = _unverified(ctx)
+    if unverified and certain.symmetric_tool(ctx.tool):
+        return
+    kinds = ("string",) if unverified and certain.computes_from_numbers(ctx.tool) else (
+        "string", "integer", "number")
+    listed = {s.parts for s in ctx.slots[1:] if _listed(ctx, s) or _tuning(ctx, s)}
     for slot in ctx.slots:
         if not isinstance(slot.value, dict):
             continue
         scalars = [(k, v) for k, v in slot.value.items()
-                   if json_type(v) in ("string", "integer", "number")
-                   and slot.parts + (k,) not in listed]
+                   if json_type(v) in kinds and slot.parts + (k,) not in listed]
         for i, (first, a) in enumerate(scalars):
             for second, b in scalars[i + 1:]:
                 if json_type(a) != json_type(b) or json_equal(a, b):
                     continue
-                if _unverified(ctx) and not certain.swap_changes_meaning(ctx.tool, first, second,
-                                                                         a, b):
+                if unverified and not certain.swap_changes_meaning(ctx.tool, first, second, a, b):
                     continue
                 parts_a, parts_b = slot.parts + (first,), slot.parts + (second,)
 
@@ -204,7 +220,7 @@ def shifted_values(ctx: MutationContext) -> Iterator[Candidate]:
                                f"flipped {format_path(slot.parts)}")
         elif tag in ("integer", "number"):
             yield from _shifted_numbers(ctx, slot, tag)
-        elif tag == "string" and not (_unverified(ctx) and certain.listed_in_prose(slot)):
+        elif tag == "string" and not _listed(ctx, slot):
             yield from _shifted_strings(ctx, slot)
 
 
@@ -213,10 +229,10 @@ def truncated_text(ctx: MutationContext) -> Iterator[Candidate]:
     incomplete name or query (date- and id-like strings are shifted instead)."""
     for slot in ctx.slots[1:]:
         value = slot.value
-        if not isinstance(value, str) or _ISO_DATE.match(value):
-            continue
+        if not isinstance(value, str) or _ISO_DATE.match(value) or shift_date(value, 1):
+            continue  # a date is shifted, not cut ("June 5, 2024" -> "June")
         if _unverified(ctx):
-            shorter = None if certain.listed_in_prose(slot) else truncate_name(value)
+            shorter = None if _listed(ctx, slot) else truncate_name(value)
         elif " " in value.strip():
             words = value.split()
             shorter = " ".join(words[: max(1, len(words) // 2)])
@@ -244,7 +260,10 @@ def other_enum_member(ctx: MutationContext) -> Iterator[Candidate]:
             continue
         members = _enum_members(slot.node)
         if _unverified(ctx):
-            members = certain.other_members(members, prose_enum(slot.node), slot.value)
+            prose = prose_enum(slot.node)
+            if not members and not prose:
+                continue
+            members = certain.other_members(members, prose, slot.value)
         for member in members:
             if not json_equal(member, slot.value) and json_type(member) == json_type(slot.value):
                 yield _replace(ctx, slot.parts, "other_enum_member", slot.value, member,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from typing import Any
 
 from mutators.introspect import accepted_types
@@ -24,6 +25,7 @@ from mutators.jsonvalues import json_equal, json_type
 from mutators.schema import Node
 
 MAX_DESCRIPTION = 2000   # characters of a description that are read
+MAX_CACHED_TEXT = 256    # strings up to this length have their comparison key cached
 UNREADABLE = ("<unreadable default>",)  # a default is stated but its value cannot be read
 
 _QUOTED = r"(?:'([^'\n]{0,80})'|\"([^\"\n]{0,80})\"|`([^`\n]{0,80})`|‘([^’\n]{0,80})’|“([^”\n]{0,80})”)"
@@ -193,7 +195,9 @@ def prose_examples(node: Node) -> tuple:
 def marked_cosmetic(node: Node) -> bool:
     """Whether the description marks the parameter as optional or cosmetic ("Optional.",
     "verbose output", "pretty-print"): a switch a task is usually indifferent to."""
-    return bool(_COSMETIC.search(_text(node)))
+    if "cosmetic" not in node.memo:
+        node.memo["cosmetic"] = bool(_COSMETIC.search(_text(node)))
+    return node.memo["cosmetic"]
 
 
 def normal_text(value: str) -> str:
@@ -205,6 +209,8 @@ def normal_text(value: str) -> str:
 def same_meaning(first: Any, second: Any) -> bool:
     """Whether two argument values say the same thing: JSON-equal, equal numbers in any type
     (1, 1.0, "1"), the same text but for case/whitespace/separators, a boolean and its word."""
+    if type(first) is str and type(second) is str:  # the common case, on the hot path
+        return _text_key(first) == _text_key(second)
     first_type, second_type = json_type(first), json_type(second)
     if first_type in ("object", "array") or second_type in ("object", "array"):
         return json_equal(first, second)
@@ -218,11 +224,22 @@ def _scalar_key(value: Any) -> Any:
     if tag in ("integer", "number"):
         return ("number", value)  # int == float compares exactly, also for huge ints
     if tag == "string":
-        text = normal_text(value)
-        if text in ("true", "false"):
-            return ("bool", text == "true")
-        try:
-            return ("number", float(text.replace(",", "")))
-        except ValueError:
-            return ("text", text)
+        return _text_key(value)
     return (tag, value)
+
+
+def _text_key(value: str) -> tuple:
+    return _cached_text_key(value) if len(value) <= MAX_CACHED_TEXT else _read_text_key(value)
+
+
+def _read_text_key(value: str) -> tuple:
+    text = normal_text(value)
+    if text in ("true", "false"):
+        return ("bool", text == "true")
+    try:
+        return ("number", float(text.replace(",", "")))
+    except ValueError:
+        return ("text", text)
+
+
+_cached_text_key = lru_cache(maxsize=4096)(_read_text_key)

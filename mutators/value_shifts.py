@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from datetime import date, timedelta
 
 from mutators.jsonvalues import digits_to_int
@@ -53,10 +54,20 @@ def _pad_like(template: str, number: int, padded: bool = True) -> str:
     return str(number).zfill(width)
 
 
+_DATE_HINT = re.compile(r"\d{4}")  # every format above has a four-digit year
+
+
 def shift_date(text: str, days: int) -> str | None:
     """`text` with its date moved by `days`, written in the same format ("2024-03-15",
     "03/15/2024", "15.03.2024", "March 15, 2024", "15 Mar 2024", a date-time's date part);
     None when `text` is not such a date."""
+    if len(text) > 64 or not _DATE_HINT.search(text):
+        return None
+    return _shift_date(text, days)
+
+
+@lru_cache(maxsize=4096)
+def _shift_date(text: str, days: int) -> str | None:
     for pattern in _DATE_FORMATS:
         match = pattern.match(text)
         if match is None:
@@ -100,6 +111,10 @@ def shift_digits(text: str, delta: int) -> str | None:
     """The last run of digits in `text` moved by `delta`, zero-padding kept (`C-1009` ->
     `C-1010`, `T-007` -> `T-006`); the fine decimals of a measurement are skipped
     ("40.714224,-73.961452" -> "40.714224,-74.961452"). None without digits or below zero."""
+    return _shift_digits(text, delta) if len(text) <= 200 else _read_shift_digits(text, delta)
+
+
+def _read_shift_digits(text: str, delta: int) -> str | None:
     runs = [run for run in _DIGITS.finditer(text) if not _fine_fraction(text, run)]
     if not runs:
         return None
@@ -175,3 +190,6 @@ def parent_path(text: str) -> str | None:
     if not head or not last or head.endswith(":/") or head.endswith(":") or head in ("", "."):
         return None
     return head
+
+
+_shift_digits = lru_cache(maxsize=4096)(_read_shift_digits)
