@@ -58,7 +58,10 @@ def _number(node: Node, integer: bool) -> int | float:
         value = high
     if integer:
         return math.ceil(value)
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # a bound past the float range (10**5000): the int is a number too
+        return value
 
 
 def _first_type(node: Node, key: str) -> str | None:
