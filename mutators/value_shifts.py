@@ -24,6 +24,7 @@ _DATE_FORMATS = (
     re.compile(r"^(?P<m>\d{1,2})/(?P<d>\d{1,2})/(?P<y>\d{4})$"),           # US 03/15/2024
     re.compile(r"^(?P<d>\d{1,2})\.(?P<m>\d{1,2})\.(?P<y>\d{4})$"),         # 15.03.2024
     re.compile(r"^(?P<d>\d{1,2})-(?P<m>\d{1,2})-(?P<y>\d{4})$"),
+    re.compile(r"^(?P<y>(?:19|20)\d{2})(?P<m>\d{2})(?P<d>\d{2})$"),       # compact 20240131
     re.compile(rf"^{_MONTH_NAME} (?P<d>\d{{1,2}})(?:st|nd|rd|th)?,? (?P<y>\d{{4}})$"),
     re.compile(rf"^(?P<d>\d{{1,2}})(?:st|nd|rd|th)? {_MONTH_NAME},? (?P<y>\d{{4}})$"),
 )

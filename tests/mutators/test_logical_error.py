@@ -195,3 +195,8 @@ def test_parent_path_only_for_sure_paths_and_no_cut_quantities():
     assert truncate_name("10:00 AM") is None
     assert number_steps(2.2945, False)[:2] == [3.2945, 1.2945]  # the value's own precision
     assert number_steps(8.854e-12, False)[0] == pytest.approx(9.74e-12)  # small: +-10% first
+
+
+def test_compact_dates_shift_as_dates():
+    assert shift_date("20240131", 1) == "20240201"   # not "20240132"
+    assert shift_date("12345678", 1) is None          # not a date: left to shift_digits
