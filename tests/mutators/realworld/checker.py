@@ -50,7 +50,7 @@ _SPELLINGS = {
 }
 _SUFFIXES = {"inc", "ltd", "corp", "co", "llc", "plc", "gmbh", "ag", "sa", "company"}
 _DATE_FORMATS = ("%Y-%m-%d", "%Y/%m/%d", "%m/%d/%Y", "%d.%m.%Y", "%d-%m-%Y", "%B %d, %Y",
-                 "%b %d, %Y", "%d %B %Y", "%d %b %Y", "%Y.%m.%d")
+                 "%b %d, %Y", "%d %B %Y", "%d %b %Y", "%Y.%m.%d", "%Y%m%d")
 
 
 # ---- reading the raw spec -------------------------------------------------------------
