@@ -2,7 +2,7 @@
 figures on the corpus under `tests/mutators/realworld/`.
 
     .venv/bin/python benchmarks/realworld_negatives.py [--seeds 3] [--as-written-only]
-        [--only heldout] [--show 20]
+        [--only untuned] [--show 20]
 
 Prints, over every gold call of every spec (and of its two restyled variants) and every seed:
 - false positives: gold calls the validator rejects (target 0);
@@ -41,7 +41,7 @@ def main() -> int:
     parser.add_argument("--as-written-only", action="store_true",
                         help="skip the two programmatic variants of each spec")
     parser.add_argument("--only", default="", help="only cases whose origin contains this "
-                        "text (e.g. 'heldout', 'specs_dev')")
+                        "text (e.g. 'untuned', 'specs_dev')")
     parser.add_argument("--show", type=int, default=20, help="examples of each problem shown")
     args = parser.parse_args()
 

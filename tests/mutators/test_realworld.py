@@ -70,7 +70,7 @@ def _negative(case: Case, kind: str, subkind: str, arguments: dict, path: str) -
 
 
 def test_checker_rejects_a_dropped_argument_equal_to_the_prose_default():
-    case = _case("specs_heldout[0] call 2 (as-written)")      # precision 2, "[default: 2]"
+    case = _case("specs_apps[0] call 2 (as-written)")      # precision 2, "[default: 2]"
     arguments = copy.deepcopy(case.call["arguments"])
     del arguments["precision"]
     why = check(_negative(case, "logical_error", "dropped_optional", arguments,
@@ -79,7 +79,7 @@ def test_checker_rejects_a_dropped_argument_equal_to_the_prose_default():
 
 
 def test_checker_rejects_a_value_that_says_the_same():
-    case = _case("specs_heldout[1] call 0 (as-written)")      # file_format "csv"
+    case = _case("specs_apps[1] call 0 (as-written)")      # file_format "csv"
     arguments = dict(case.call["arguments"], file_format="CSV")
     why = check(_negative(case, "logical_error", "other_enum_member", arguments,
                           "arguments.file_format"), case)
@@ -87,18 +87,18 @@ def test_checker_rejects_a_value_that_says_the_same():
 
 
 def test_checker_rejects_a_swap_of_symmetric_arguments_and_values_off_the_list():
-    case = _case("specs_heldout[8] call 0 (as-written)")      # rectangle length x width
+    case = _case("specs_apps[8] call 0 (as-written)")      # rectangle length x width
     arguments = dict(case.call["arguments"], length=4, width=12.5)
     assert "symmetric" in check(_negative(case, "logical_error", "swapped_arguments", arguments,
                                           "arguments.length"), case)
-    case = _case("specs_heldout[5] call 1 (as-written)")      # pollutant "o3"
+    case = _case("specs_apps[5] call 1 (as-written)")      # pollutant "o3"
     arguments = dict(case.call["arguments"], pollutant="o4")
     assert "not one of the listed" in check(_negative(case, "logical_error", "shifted_id",
                                                       arguments, "arguments.pollutant"), case)
 
 
 def test_checker_rejects_type_and_key_negatives_that_are_not():
-    case = _case("specs_heldout[0] call 0 (as-written)")
+    case = _case("specs_apps[0] call 0 (as-written)")
     arguments = dict(case.call["arguments"], value=41)        # an integer is a number
     assert "allows" in check(_negative(case, "type_error", "integer_for_number", arguments,
                                        "arguments.value"), case)
@@ -108,7 +108,7 @@ def test_checker_rejects_type_and_key_negatives_that_are_not():
 
 
 def test_cosmetic_and_undefaulted_booleans_are_not_flipped():
-    case = _case("specs_heldout[1] call 1 (as-written)")      # landscape: cosmetic
+    case = _case("specs_apps[1] call 1 (as-written)")      # landscape: cosmetic
     for seed in range(30):
         report = mutate_report(case.call, case.tool, seed, kinds=["logical_error"])
         negative = report.get("logical_error")
