@@ -21,6 +21,9 @@ find out for themselves:
 - `no_default`: paths whose description says "default" without stating one (an enum member
   named 'default'), checked by hand.
 
+`specs_wild.json` holds RapidAPI/ToolBench, MCP, Gorilla and Glaive styles; the rules were
+tuned on every file but `specs_untuned.json`, written after them and only measured.
+
 `load_cases()` also derives two restyled variants of every spec, programmatically and
 deterministically: (1) type names rewritten in other spellings (`int`, `Integer`,
 `Optional[...]` for optional scalars) in an OpenAI `function` wrapper; (2) `default` and
