@@ -2,7 +2,8 @@
 
 A call is `{"name": str, "arguments": dict}`; a tool is an OpenAI-style spec
 (`{"type": "function", "function": {name, description, parameters}}`), the bare function
-(`{name, description, parameters}`), or an Anthropic-style `{name, input_schema}`.
+(`{name, description, parameters}`), an Anthropic-style `{name, input_schema}` or an MCP
+`{name, inputSchema}`.
 Arguments are validated as closed objects (see `introspect.py`), every error says where
 (`arguments.filters.status`) and why (`reason`), and nothing here raises on bad input:
 a malformed call or spec is reported as an error with reason "malformed".
@@ -90,7 +91,8 @@ def _load_tool(tool: Any) -> ToolInfo | ValidationError:
     name = function.get("name")
     if not isinstance(name, str) or not name:
         return _error("tool", "malformed", "tool spec has no name")
-    parameters = function.get("parameters", function.get("input_schema"))
+    parameters = next((function[key] for key in ("parameters", "input_schema", "inputSchema")
+                       if key in function), None)  # OpenAI, Anthropic, MCP
     if parameters is not None and not isinstance(parameters, (dict, bool)):
         return _error("tool.parameters", "malformed",
                       f"parameters must be a JSON Schema object, got {type(parameters).__name__}")

@@ -111,6 +111,10 @@ def _type_names(name: str) -> set[str] | None:
     if lower.endswith("?"):
         inner = _type_names(text[:-1])
         return None if inner is None else inner | {"null"}
+    if lower.endswith(")") and " (" in lower:  # ToolBench: "DATE (YYYY-MM-DD)" is a string
+        head = lower[: lower.index(" (")]
+        return {"string"} if head in ("date", "geopoint", "time", "datetime") else \
+            _type_names(text[: text.index(" (")])
     head = lower.split("[", 1)[0]
     if head == "optional":
         inner = _type_names(text[text.index("[") + 1:-1])
