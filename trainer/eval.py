@@ -226,7 +226,7 @@ def episode_backend(checkpoint: str, *, max_steps: int = 12,
     generation = generation or GenerationConfig()
     checkpoint = resolve_checkpoint(checkpoint)
     config = TeacherConfig(
-        backend="hf", name="eval",
+        backend="policy" if decoder == "policy" else "hf", name="eval",
         hf=HFConfig(model=checkpoint, max_batch_size=max_batch_size),
         sampling=SamplingConfig(temperature=generation.temperature, logprobs=0,
                                 max_tokens_per_turn=generation.max_new_tokens,
@@ -234,7 +234,7 @@ def episode_backend(checkpoint: str, *, max_steps: int = 12,
         episode=EpisodeConfig(max_turns=max_steps, on_invalid_turn=on_invalid_turn,
                               max_concurrent_episodes=max_batch_size, max_total_tokens=1 << 20))
     if decoder == "policy":
-        backend = PolicyBackend(config.hf, config.sampling, generation)
+        backend = PolicyBackend.from_checkpoint(checkpoint, generation, max_batch_size)
     else:
         problem = plain_decoding_problem(AutoConfig.from_pretrained(checkpoint))
         if problem:
