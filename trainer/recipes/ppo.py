@@ -164,11 +164,12 @@ def iteration(cfg: TrainConfig, learner: Student, model: PolicyWithValue,
 
 def _record(metrics: dict[str, float], step: int, lr: float) -> dict[str, Any]:
     episodes = max(metrics.pop("episodes"), 1)
-    calls = metrics.pop("attempted_calls")
+    calls, syntax_errors = metrics.pop("attempted_calls"), metrics.pop("syntax_errors")
     record: dict[str, Any] = {
         "step": step, "loss": round(metrics.pop("loss", 0.0), 6), "lr": lr,
         "episodes": int(episodes), "success_rate": round(metrics.pop("successes") / episodes, 4),
-        "syntax_error_rate": round(metrics.pop("syntax_errors") / calls, 4) if calls else None,
+        # as trainer eval: malformed attempted calls / attempted calls (None: no call tried)
+        "syntax_error_rate": round(syntax_errors / calls, 4) if calls else None,
         "attempted_calls": int(calls),
         "error_classes": {name.removeprefix("class/"): int(metrics.pop(name))
                           for name in list(metrics) if name.startswith("class/")}}
