@@ -110,3 +110,57 @@ def test_value_head_round_trips_and_plain_loaders_ignore_it(checkpoint, tmp_path
     assert load_value_head(checkpoint, model.config.hidden_size) is None  # a SAD checkpoint
     with pytest.raises(ValueError, match="value head of width"):
         load_value_head(tmp_path, model.config.hidden_size + 1)
+
+
+class PlainAdamEngine:
+    """The engine surface the update uses (module, backward, step), without Ray Train's
+    DDP preparation (the end-to-end test runs the real DDPEngine)."""
+
+    def __init__(self, module: torch.nn.Module, lr: float) -> None:
+        self.module = module
+        self.optimizer = torch.optim.AdamW(module.parameters(), lr=lr)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> float:
+        norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        return float(norm)
+
+
+@pytest.mark.parametrize("advantage", ["gae", "grpo", "rloo"])
+def test_an_update_moves_probability_towards_the_rewarded_rollout(checkpoint, advantage):
+    from datagen.teachers.llm import LLMTeacher
+    from trainer.config import PPOConfig
+    from trainer.rl.update import score_rollouts, update
+
+    torch.manual_seed(0)
+    model = AgentQwen2ForCausalLM.from_pretrained(str(checkpoint))
+    backend = PolicyBackend(model, str(checkpoint), GenerationConfig(
+        max_new_tokens=6, temperature=1.0, hybrid=False, seed=2), record_logprobs=True)
+    config = TeacherConfig(backend="policy", hf=HFConfig(model=str(checkpoint)),
+                           sampling=SamplingConfig(logprobs=1, max_tokens_per_turn=6),
+                           episode=EpisodeConfig(max_turns=1))
+    trajectories = LLMTeacher(config, backend).rollout_batch(_tasks(1) * 2)  # one task, twice
+    rewards = [episode_reward(traj, RewardConfig()) for traj in trajectories]
+    batch = build_batch(trajectories, rewards, ["task", "task"], pad_id=0, max_len=1 << 16)
+    # the first rollout is the good one: its only turn earns +1, the other's -1
+    batch.rewards[0][batch.rewards[0] != 0] = 1.0
+    batch.rewards[1][batch.rewards[1] != 0] = -1.0
+    ppo = PPOConfig(advantage=advantage, group_size=2, tasks_per_iteration=1, minibatch_size=2,
+                    epochs=4, kl_coef=0.0, whiten_advantages=advantage == "gae")
+    head = ValueHead(model.config.hidden_size) if advantage == "gae" else None
+    policy = PolicyWithValue(model, head)
+    scored = score_rollouts(policy, None, batch, ppo, torch.device("cpu"))
+    assert float(scored.advantages[0][batch.mask[0]].mean()) > 0
+    assert float(scored.advantages[1][batch.mask[1]].mean()) < 0
+    stats = update(PlainAdamEngine(policy, lr=1e-2), batch, scored, ppo, torch.device("cpu"),
+                   torch.Generator().manual_seed(0))
+    assert stats["updates"] == 4 and (advantage != "gae" or "value_loss" in stats)
+    with torch.no_grad():
+        after = policy(batch.input_ids, batch.span_ids, 1.0, with_entropy=False)["logprobs"]
+    change = [float((after[row] - scored.old_logprobs[row])[batch.mask[row]].sum())
+              for row in range(2)]
+    assert change[0] > 0 > change[1]
