@@ -246,8 +246,9 @@ class PPOConfig(StrictModel):
     kl_in: Literal["reward", "loss"] = Field("reward", description="reward = per-token KL "
                                              "penalty folded into the rewards (classic PPO); "
                                              "loss = a KL term added to the loss (GRPO)")
-    whiten_advantages: bool = Field(True, description="normalise advantages over each "
-                                    "iteration's generated tokens (mean 0, std 1)")
+    whiten_advantages: bool = Field(True, description="gae: normalise advantages over each "
+                                    "iteration's generated tokens (mean 0, std 1); grpo/rloo "
+                                    "keep their group advantages as they are")
     chunk_size: int = Field(256, ge=1, description="time steps per logits chunk when scoring")
     reward: RewardConfig = Field(default_factory=RewardConfig)
 

@@ -150,12 +150,16 @@ def test_an_update_moves_probability_towards_the_rewarded_rollout(checkpoint, ad
     batch.rewards[0][batch.rewards[0] != 0] = 1.0
     batch.rewards[1][batch.rewards[1] != 0] = -1.0
     ppo = PPOConfig(advantage=advantage, group_size=2, tasks_per_iteration=1, minibatch_size=2,
-                    epochs=4, kl_coef=0.0, whiten_advantages=advantage == "gae")
+                    epochs=4, kl_coef=0.0)
     head = ValueHead(model.config.hidden_size) if advantage == "gae" else None
     policy = PolicyWithValue(model, head)
     scored = score_rollouts(policy, None, batch, ppo, torch.device("cpu"))
     assert float(scored.advantages[0][batch.mask[0]].mean()) > 0
     assert float(scored.advantages[1][batch.mask[1]].mean()) < 0
+    if advantage != "gae":  # the episode's group advantage on each of its tokens, unwhitened
+        expected = {"grpo": 1 / (2 ** 0.5 + 1e-4), "rloo": 2.0}[advantage]  # rewards +1, -1
+        assert scored.advantages[0][batch.mask[0]].tolist() == pytest.approx(
+            [expected] * int(batch.mask[0].sum()), abs=1e-4)
     stats = update(PlainAdamEngine(policy, lr=1e-2), batch, scored, ppo, torch.device("cpu"),
                    torch.Generator().manual_seed(0))
     assert stats["updates"] == 4 and (advantage != "gae" or "value_loss" in stats)

@@ -59,7 +59,7 @@ def score_rollouts(model: Callable, reference: Callable | None, batch: RolloutBa
         totals = (rewards * mask).sum(1)  # the episode's reward (KL included, if folded in)
         per_episode = group_advantages(totals, batch.groups, ppo.advantage)
         advantages = per_episode[:, None] * mask
-    if ppo.whiten_advantages:
+    if ppo.whiten_advantages and ppo.advantage == "gae":  # group modes are normalised already
         advantages = whiten(advantages, mask)
     return Scored(old_lp, old_values, ref_lp if reference is not None else None, advantages,
                   returns, rewards)
