@@ -95,3 +95,12 @@ def test_every_class_has_a_default_penalty_and_unknown_classes_are_refused():
     with pytest.raises(ConfigError, match="needs group_size >= 2"):
         load_config(None, ["recipe=ppo", "run_dir=r", "tokenizer=t", "ppo.advantage=grpo",
                            "ppo.group_size=1"])
+
+
+def test_every_validator_reason_has_a_class():
+    """A reason added to the validator must be classed here, not fall into `malformed`."""
+    from mutators.validate import REASONS
+    from trainer.rl.rewards import SCHEMA_CLASSES
+
+    assert set(REASONS) - set(SCHEMA_CLASSES) == {"malformed", "name"}
+    assert set(SCHEMA_CLASSES.values()) <= set(CALL_CLASSES)

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 SCHEMA_CLASSES = {"unknown_key": "hallucinated_key", "type": "type_error",
                   "required": "missing_required", "enum": "constraint", "const": "constraint",
                   "format": "constraint", "range": "constraint", "length": "constraint",
-                  "pattern": "constraint", "unique": "constraint", "not": "constraint",
-                  "forbidden": "constraint"}
+                  "pattern": "constraint", "unique": "constraint", "contains": "constraint",
+                  "property_name": "constraint", "not": "constraint", "forbidden": "constraint"}
 __all__ = ["CALL_CLASSES", "RewardConfig", "EpisodeReward", "turn_classes", "episode_reward"]
 
 
