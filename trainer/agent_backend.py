@@ -1,7 +1,8 @@
 """A trained checkpoint as a turn backend of datagen's episode loop: the `policy` teacher.
 
-`PolicyBackend` is a `datagen.teachers.episode.TurnBackend` of its own (no subclass of
-datagen's `HFBackend`): it holds an `AgentPolicy`, which drives the modifications a plain
+`PolicyBackend` is a turn backend of its own (datagen's public `BatchedTurnBackend`, no
+longer a subclass of `HFBackend` reaching into its model and tokenizer): it holds an
+`AgentPolicy`, which drives the modifications a plain
 decoder knows nothing about - the ACT embedding (code mode from the prompt's span labels, then
 the `<tool_call>` state machine), landmark retrieval over the KV cache, and the hybrid mode
 (slow path on truncated, unparsable or invalid turns and on low MCH confidence; the request's
@@ -23,9 +24,9 @@ from typing import Any
 
 from datagen.chat import IM_END
 from datagen.teachers.config import HFConfig, SamplingConfig, TeacherConfig
-from datagen.teachers.episode import Generation, TurnBackend, TurnRequest
+from datagen.teachers.episode import Generation, TurnRequest
 from datagen.teachers.llm import LLMTeacher
-from datagen.teachers.microbatch import MicroBatcher
+from datagen.teachers.microbatch import BatchedTurnBackend
 from datagen.teachers.registry import register_backend
 from datagen.teachers.trace import turn_text
 from trainer.generation import AgentPolicy, GenerationConfig, Turn
@@ -43,7 +44,7 @@ def plain_decoding_problem(model_config: Any) -> str | None:
             f"drive; use --decoder policy")
 
 
-class PolicyBackend(TurnBackend):
+class PolicyBackend(BatchedTurnBackend):
     """Turns from `AgentPolicy`, one episode's turn at a time, batched across episodes by
     the micro-batcher (one model, one thread)."""
 
@@ -58,7 +59,6 @@ class PolicyBackend(TurnBackend):
         self.policy = AgentPolicy(model, TextTokenizer(tokenizer_dir), generation)
         self.max_batch_size = max_batch_size
         self.record_logprobs = record_logprobs
-        self.batcher: MicroBatcher | None = None
         self.turns: list[Turn] = []
         self._describe = describe or {}
 
@@ -79,21 +79,6 @@ class PolicyBackend(TurnBackend):
         return {"backend": "policy", **self._describe, "decoder": "policy",
                 "hybrid": self.policy.config.hybrid, "mch_hybrid": self.policy.use_mch,
                 "logprobs_mode": "sampled" if self.record_logprobs else None}
-
-    async def start(self) -> None:
-        self.batcher = MicroBatcher(self.generate_batch, self.max_batch_size)
-
-    async def stop(self) -> None:
-        self.batcher = None
-
-    def episode_started(self) -> None:
-        self.batcher.episode_started()
-
-    def episode_finished(self) -> None:
-        self.batcher.episode_finished()
-
-    async def generate(self, request: TurnRequest) -> Generation:
-        return await self.batcher.submit(request)
 
     def generate_batch(self, requests: list[TurnRequest]) -> list[Generation]:
         return [self._generate(request) for request in requests]

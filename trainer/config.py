@@ -345,15 +345,7 @@ class TrainConfig(StrictModel):
     def _dpo(self) -> "TrainConfig":
         if self.recipe != "dpo":
             return self
-        if self.data.packing:
-            raise ValueError("data.packing is not supported by recipe 'dpo'")
-        defaults = DataConfig()
-        sad_only = [name for name in ("tables", "table_weights", "mch_rows", "batch_size",
-                                      "bucket_pool_batches")
-                    if getattr(self.data, name) != getattr(defaults, name)]
-        if sad_only:
-            raise ValueError(f"data.{sad_only[0]} is read by recipe 'sad' only (recipe 'dpo' "
-                             f"reads dpo.batch_size and dpo.bucket_pool_batches)")
+        self._refuse_sad_data_fields("reads dpo.batch_size and dpo.bucket_pool_batches")
         reference = self.dpo.reference_model or self.model.init_from
         if self.dpo.reference == "precomputed" and reference is None:
             raise ValueError("dpo.reference 'precomputed' needs a checkpoint: dpo.reference_model "
@@ -372,16 +364,21 @@ class TrainConfig(StrictModel):
         if self.scaling.strategy == "deepspeed":
             raise ValueError("recipe 'ppo' runs with scaling.strategy 'ddp' (rollout actors "
                              "get the full weights each iteration)")
-        if self.data.packing:
-            raise ValueError("data.packing is not supported by recipe 'ppo'")
-        defaults = DataConfig()
-        other = [name for name in ("tables", "table_weights", "mch_rows", "batch_size",
-                                   "bucket_pool_batches")
-                 if getattr(self.data, name) != getattr(defaults, name)]
-        if other:
-            raise ValueError(f"data.{other[0]} is not read by recipe 'ppo' (it reads "
-                             f"data.max_seq_len and the ppo section)")
+        self._refuse_sad_data_fields("reads data.max_seq_len and the ppo section")
         return self
+
+    def _refuse_sad_data_fields(self, what_it_reads: str) -> None:
+        """Recipes other than sad read only data.max_seq_len: a data field of SAD's set to
+        something else would be ignored silently."""
+        if self.data.packing:
+            raise ValueError(f"data.packing is not supported by recipe {self.recipe!r}")
+        defaults = DataConfig()
+        sad_only = [name for name in ("tables", "table_weights", "mch_rows", "batch_size",
+                                      "bucket_pool_batches")
+                    if getattr(self.data, name) != getattr(defaults, name)]
+        if sad_only:
+            raise ValueError(f"data.{sad_only[0]} is read by recipe 'sad' only (recipe "
+                             f"{self.recipe!r} {what_it_reads})")
 
     @model_validator(mode="after")
     def _combinations(self) -> "TrainConfig":
