@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_generate.py                 # 10k and 100k trajectories
     .venv/bin/python benchmarks/bench_generate.py --sizes 20000 --stages
+    .venv/bin/python benchmarks/bench_generate.py --demo 2000 8000 --compare-workers 1 2
 
 Reports trajectories/s per worker core (spans and Parquet writing included) and the peak RSS
 of the driver plus the chunk workers, sampled every 100 ms. Ray start-up is excluded: Ray is
@@ -9,13 +10,25 @@ started before the clock, and the seconds the pipeline spends starting its worke
 (process, imports, environments) are shown apart (`start s`) and left out of `traj/s/core`;
 `(incl. start)` counts them. Chunks default to the pipeline's default size. `--stages` also
 times each stage of a chunk in one process, without Ray, to show where the time goes.
+
+`--demo N1 N2` measures `configs/demo.yaml`'s pipeline (trajectories + three negatives per
+correct call with the execution check + repairs + safety + preferences, spans, Parquet) with
+each worker count of `--compare-workers` (default: `--workers`): N1 and N2 trajectories are
+timed in separate runs and differenced, (N2 - N1) / (wall2 - wall1) / workers, so whatever a run costs once (worker
+start-up, the first chunk's caches, the manifest) drops out. With two worker counts it reports
+the per-core efficiency of the larger (its per-core rate over the smaller's) and projects a
+64-core node two ways: linear (64 x the larger count's per-core rate) and losing that
+efficiency again at every doubling of the core count (a pessimistic bound on a machine whose
+cores are shared, as here). `uptime`'s load average is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -111,6 +124,58 @@ def run_pipeline(n: int, workers: int, chunk_size: int, stages: dict) -> dict:
                            for e in per_env(summary.stats["trajectories"]).values())}
 
 
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+PROJECTED_CORES = 64
+
+
+def run_demo(n: int, workers: int) -> dict:
+    """One run of configs/demo.yaml's pipeline with `n` trajectories on `workers` workers."""
+    from datagen.config import load_config
+    from datagen.pipeline import run_generation
+
+    out = Path(tempfile.mkdtemp(prefix="bench-demo-"))
+    config = load_config(DEMO_CONFIG, {"out": str(out), "num_trajectories": n,
+                                       "num_workers": workers, "progress": False})
+    try:
+        with PeakRss() as rss:
+            started = time.perf_counter()
+            summary = run_generation(config)
+            wall = time.perf_counter() - started
+        sizes = {table.name: sum(f.stat().st_size for f in table.glob("part-*.parquet"))
+                 for table in out.iterdir() if table.is_dir() and not table.name.startswith("_")}
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return {"n": n, "wall_s": wall, "startup_s": summary.startup_seconds,
+            "peak_rss_mib": rss.peak / 2**20, "bytes": sizes}
+
+
+def demo_rates(sizes: tuple[int, int], worker_counts: list[int]) -> dict[int, float]:
+    """Per-core trajectories/s of the demo pipeline per worker count, by differencing."""
+    small, large = sizes
+    rates: dict[int, float] = {}
+    print(f"demo pipeline ({DEMO_CONFIG.name}), runs of {small:,} and {large:,} differenced")
+    print(f"{'workers':>8}{'N':>9}{'wall s':>9}{'start s':>9}{'peak RSS MiB':>14}"
+          f"{'B/traj':>9}")
+    for workers in worker_counts:
+        runs = [run_demo(n, workers) for n in (small, large)]
+        for r in runs:
+            print(f"{workers:>8}{r['n']:>9,}{r['wall_s']:>9.1f}{r['startup_s']:>9.1f}"
+                  f"{r['peak_rss_mib']:>14,.0f}{sum(r['bytes'].values()) / r['n']:>9,.0f}")
+        rates[workers] = (large - small) / (runs[1]["wall_s"] - runs[0]["wall_s"]) / workers
+        print(f"  -> {rates[workers]:,.0f} traj/s per core with {workers} worker(s); bytes per "
+              "trajectory: " + ", ".join(f"{name} {b / large:,.0f}"
+                                         for name, b in sorted(runs[1]["bytes"].items())))
+    if len(rates) >= 2:
+        few, many = min(rates), max(rates)
+        efficiency = rates[many] / rates[few]
+        doublings = math.log2(PROJECTED_CORES / many)
+        print(f"per-core efficiency {many} vs {few} workers: {efficiency:.0%}; a "
+              f"{PROJECTED_CORES}-core node: {PROJECTED_CORES * rates[many]:,.0f} traj/s if "
+              f"linear, {PROJECTED_CORES * rates[many] * min(efficiency, 1) ** doublings:,.0f} "
+              f"losing {1 - min(efficiency, 1):.0%} per doubling")
+    return rates
+
+
 def stage_profile(n: int, chunk_size: int) -> None:
     """Time each stage of `ChunkProcessor.process` in this process (no Ray), chunk by chunk as
     a worker runs them: tasks generated and rolled out slice by slice, the columnar table, the
@@ -155,6 +220,14 @@ def stage_profile(n: int, chunk_size: int) -> None:
     print(f"  parquet: {size / n:,.0f} bytes/traj")
 
 
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True,
+                              timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 @contextmanager
 def _timed(timings: dict[str, float], stage: str):
     started = time.perf_counter()
@@ -172,12 +245,24 @@ def main() -> None:
                         default=GenerateConfig.model_fields["chunk_size"].default)
     parser.add_argument("--configs", nargs="+", default=list(STAGES), choices=list(STAGES))
     parser.add_argument("--stages", action="store_true", help="also profile stages in-process")
+    parser.add_argument("--demo", type=int, nargs=2, metavar=("N1", "N2"),
+                        help="only the demo pipeline, N1 and N2 differenced, per --workers")
+    parser.add_argument("--compare-workers", dest="worker_counts", type=int, nargs="+",
+                        help="with --demo: the worker counts to compare (default: --workers)")
     args = parser.parse_args()
     import logging
 
     import ray
 
-    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"uptime at start: {_uptime()}")
+    if args.demo:
+        counts = args.worker_counts or [args.workers]
+        ray.init(num_cpus=max(counts), logging_level=logging.WARNING)
+        run_demo(1_000, max(counts))  # warm-up: imports, page cache
+        demo_rates(tuple(sorted(args.demo)), counts)
+        ray.shutdown()
+        print(f"uptime at end: {_uptime()}")
+        return
     ray.init(num_cpus=args.workers, logging_level=logging.WARNING)
     run_pipeline(2_000, args.workers, args.chunk_size, STAGES["trajectories"])  # warm-up
     print(f"{'config':<14}{'trajectories':>12}{'wall s':>8}{'start s':>9}{'traj/s/core':>13}"
@@ -189,7 +274,7 @@ def main() -> None:
                   f"{r['per_core']:>13,.0f}{r['per_core_wall']:>15,.0f}"
                   f"{r['peak_rss_mib']:>14,.0f}{r['mib_on_disk']:>13.1f}")
     ray.shutdown()
-    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"uptime at end: {_uptime()}")
     if args.stages:
         stage_profile(min(args.sizes[0], 5000), args.chunk_size)
 

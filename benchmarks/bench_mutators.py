@@ -78,6 +78,34 @@ NESTED_CALLS = {
                           {"sku": "B-2", "qty": 1}]},
 }
 
+# The keywords read since issue 14 (if/then/else, dependentRequired, contains/maxContains,
+# propertyNames, unevaluatedProperties): what a spec that uses them costs.
+CONDITIONAL = {"type": "function", "function": {
+    "name": "schedule_delivery", "description": "Deliver by courier or hold for pickup.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "method": {"enum": ["pickup", "courier"]},
+            "address": {"type": "string", "minLength": 1},
+            "store_id": {"type": "string", "pattern": "^S-[0-9]{3}$"},
+            "items": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                      "contains": {"const": "gift-wrap"}, "minContains": 0, "maxContains": 1},
+            "notes": {"type": "string"},
+        },
+        "required": ["method", "items"],
+        "if": {"properties": {"method": {"const": "courier"}}},
+        "then": {"required": ["address"]},
+        "else": {"required": ["store_id"]},
+        "dependentRequired": {"notes": ["address"]},
+        "propertyNames": {"pattern": "^[a-z_]+$"},
+        "unevaluatedProperties": False,
+    }}}
+CONDITIONAL_CALLS = {
+    "valid": {"method": "courier", "address": "1 Main St", "items": ["book", "gift-wrap"]},
+    "1 error": {"method": "pickup", "items": ["book"], "notes": "ring twice",
+                "store_id": "S-001"},
+}
+
 
 def rate(function: Callable[[], Any], seconds: float) -> float:
     """Calls per CPU-second of `function` (this thread's CPU time, so a machine shared with
@@ -155,6 +183,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = bench_validation(TYPICAL, TYPICAL_CALLS, args.seconds)
     rows += bench_validation(NESTED, NESTED_CALLS, args.seconds)
+    rows += bench_validation(CONDITIONAL, CONDITIONAL_CALLS, args.seconds)
     rows += bench_mutation(TYPICAL, TYPICAL_CALLS["valid"], args.seconds)
     rows += bench_mutation(NESTED, NESTED_CALLS["valid"], args.seconds)
     print(f"{'case':<40} {'implementation':<26} {'calls/s':>12}  note")

@@ -17,8 +17,6 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from critics.critique import Critic, Critique, build_request
 from critics.inject import Injection, replay
 from datagen.chat import act_text, render_trajectory
@@ -131,28 +129,36 @@ def repair_failed(env: Environment, traj: Trajectory, critic: Critic,
                         "failed_rollout")
 
 
-def repair_spans(repair: Repair) -> tuple[str, list[Span]]:
-    """Text and spans of a repaired trajectory, the wrong call's ACT span relabelled ERROR."""
-    text, spans = render_trajectory(repair.traj)
-    for span in spans:
-        if span.kind == "ACT" and span.step == repair.error_step:
-            span.kind = ERROR_SPAN
-    return text, spans
+def repair_spans(repair: Repair, rendered: tuple[str, list[Span]] | None = None
+                 ) -> tuple[str, list[Span]]:
+    """Text and spans of a repaired trajectory, the wrong call's ACT span relabelled ERROR
+    (`rendered`: the trajectory's own text and spans, left as they are)."""
+    text, spans = rendered or render_trajectory(repair.traj)
+    return text, [Span(ERROR_SPAN, span.start, span.end, span.step)
+                  if span.kind == "ACT" and span.step == repair.error_step else span
+                  for span in spans]
 
 
-def repair_row(repair: Repair) -> dict[str, Any]:
+def repair_view(repair: Repair) -> TrajectoryView:
+    """The repaired trajectory rendered once, for its row and its preference pair."""
+    return TrajectoryView(repair.traj)
+
+
+def repair_row(repair: Repair, view: TrajectoryView | None = None) -> dict[str, Any]:
     """A `repairs` row: trajectory columns + source_id, error_step, error_kind, critique."""
-    text, spans = repair_spans(repair)
-    row = trajectory_row(repair.traj, text, spans, orjson.dumps(repair.traj.tools).decode())
+    view = view or repair_view(repair)
+    text, spans = repair_spans(repair, (view.text, view.spans))
+    row = trajectory_row(repair.traj, text, spans, view.tools_json)
     row.update(source_id=repair.source_id, error_step=repair.error_step,
                error_kind=repair.error_kind, critique=repair.critique)
     return row
 
 
-def repair_preference(repair: Repair, rng: random.Random) -> dict[str, Any]:
+def repair_preference(repair: Repair, rng: random.Random,
+                      view: TrajectoryView | None = None) -> dict[str, Any]:
     """After the error: chosen = critique + corrected call; rejected = a blind retry of the
     same wrong action (the failure mode a model without reflection falls into)."""
-    view = TrajectoryView(repair.traj)
+    view = view or repair_view(repair)
     reasoning = rng.choice(_RETRY)
     retry = Step(reasoning, call=repair.wrong_call, answer=repair.wrong_answer)
     message = (call_message(reasoning, repair.wrong_call.as_dict()) if repair.wrong_call
@@ -162,4 +168,4 @@ def repair_preference(repair: Repair, rng: random.Random) -> dict[str, Any]:
 
 
 __all__ = ["Repair", "ERROR_SPAN", "repair_injection", "repair_failed", "first_faulty_step",
-           "repair_row", "repair_spans", "repair_preference"]
+           "repair_row", "repair_spans", "repair_preference", "repair_view"]

@@ -155,6 +155,18 @@ class CriticsConfig(StrictModel):
         return self
 
 
+class PreferencesConfig(StrictModel):
+    """How the `preferences` table stores each pair's prompt (README "What the demo writes")."""
+
+    layout: Literal["full", "compact"] = Field(
+        "full", description="full: every pair carries its prompt (`prompt` messages and "
+        "`prompt_text`); compact: a negative or repair pair (96% of pairs in the demo) "
+        "stores only `prompt_messages` / `prompt_chars`, how much of its trajectory's "
+        "`messages` / `text` the prompt is, and `datagen.readers.load_preferences` joins the "
+        "prompt back from trajectories/ and repairs/. About half the preference bytes; the "
+        "project's trainer reads the full layout only")
+
+
 class GenerateConfig(StrictModel):
     """One generation run. Fields marked run-only do not change the data, so they are left out
     of the fingerprint that guards an output directory."""
@@ -179,6 +191,7 @@ class GenerateConfig(StrictModel):
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     negatives: NegativesConfig = Field(default_factory=NegativesConfig)
     critics: CriticsConfig = Field(default_factory=CriticsConfig)
+    preferences: PreferencesConfig = Field(default_factory=PreferencesConfig)
     tokenizer: str | None = Field(None, description="local Hugging Face tokenizer directory; "
                                   "when set, rows get input_ids and per-token span_ids")
     num_workers: int = Field(0, ge=0, description="chunk workers (run-only); 0 = one per CPU")
@@ -280,7 +293,12 @@ def public_dump(config: GenerateConfig) -> dict[str, Any]:
     """The config as datagen writes it beside the data (_run.json, manifest, card): every
     field that changes the data, run-only fields left out, credentials redacted
     (datagen/credentials.py). A config without credentials dumps as `model_dump` does."""
-    return redact_credentials(config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS))
+    dump = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS)
+    if dump["preferences"] == PreferencesConfig().model_dump(mode="json"):
+        # Left out at its default, so every OUT written before the section existed keeps
+        # its fingerprint (and resumes); a compact layout is another config.
+        del dump["preferences"]
+    return redact_credentials(dump)
 
 
 def fingerprint(config: GenerateConfig) -> str:

@@ -13,29 +13,58 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from datagen.chat import act_text, message_index, render_trajectory, to_messages
+from datagen.rows import PREFERENCE_SCHEMA, rows_to_table
 from datagen.types import Step, ToolCall, Trajectory, stable_hash
 
 
 class TrajectoryView:
-    """A trajectory rendered once, cut into prompt / turn pieces for many pairs."""
+    """A trajectory rendered once, cut into prompt / turn pieces for many pairs (a call makes
+    three: the turn bounds and message positions are found once per trajectory, not per pair)."""
 
     def __init__(self, traj: Trajectory) -> None:
         self.traj = traj
         self.text, self.spans = render_trajectory(traj)
         self.messages = to_messages(traj)
         self.tools_json = orjson.dumps(traj.tools).decode()
+        self._bounds: dict[int, tuple[int, int]] | None = None
+        self._message_at: dict[int, int] = {}
+        self._prompt_text: dict[int, str] = {}
 
     def turn_bounds(self, step: int) -> tuple[int, int]:
-        turn = [s for s in self.spans if s.step == step and s.kind in ("REASON", "ACT")]
-        return turn[0].start, turn[-1].end
+        """Start of the REASON and end of the ACT of assistant turn `step`."""
+        if self._bounds is None:
+            self._bounds = {}
+            for span in self.spans:
+                if span.kind in ("REASON", "ACT"):
+                    start, _ = self._bounds.get(span.step, (span.start, 0))
+                    self._bounds[span.step] = (start, span.end)
+        if step not in self._bounds:
+            raise IndexError(f"turn {step} has no REASON or ACT span")
+        return self._bounds[step]
+
+    def prompt_text(self, step: int) -> str:
+        """The text before turn `step`: one string shared by the turn's pairs (Arrow copies it
+        per row anyway; Python need not cut a ~4 KB prefix three times)."""
+        text = self._prompt_text.get(step)
+        if text is None:
+            text = self._prompt_text[step] = self.text[:self.turn_bounds(step)[0]]
+        return text
+
+    def _message_index(self, step: int) -> int:
+        index = self._message_at.get(step)
+        if index is None:
+            index = self._message_at[step] = message_index(self.traj.steps, step)
+        return index
 
     def prompt_messages(self, step: int) -> list[dict[str, Any]]:
-        return self.messages[:message_index(self.traj.steps, step)]
+        return self.messages[:self._message_index(step)]
 
     def assistant_message(self, step: int) -> dict[str, Any]:
-        return self.messages[message_index(self.traj.steps, step)]
+        return self.messages[self._message_index(step)]
 
 
 def call_message(reasoning: str, call: dict[str, Any]) -> dict[str, Any]:
@@ -57,7 +86,7 @@ def preference_row(view: TrajectoryView, step: int, rejected: dict[str, Any],
         "trajectory_id": traj.id, "env": traj.task.env, "step": step, "source": source,
         "kind": kind, "tools": view.tools_json, "prompt": view.prompt_messages(step),
         "chosen": [view.assistant_message(step)], "rejected": [rejected],
-        "prompt_text": view.text[:start], "chosen_text": view.text[start:end],
+        "prompt_text": view.prompt_text(step), "chosen_text": view.text[start:end],
         "rejected_text": rejected_text,
     }
 
@@ -69,3 +98,36 @@ def negative_preference(view: TrajectoryView, step: int, negative: Any) -> dict[
     wrong = Step(reasoning, ToolCall(call.get("name", ""), call.get("arguments", {})))
     return preference_row(view, step, call_message(reasoning, call),
                           reasoning + act_text(wrong), "negative", negative.kind)
+
+
+def prompt_by_reference(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` in the compact layout: its prompt as a length of its trajectory's messages and
+    text (the pair's prompt is exactly their beginning; `join_prompts` restores it)."""
+    return {**row, "prompt": None, "prompt_text": None, "prompt_messages": len(row["prompt"]),
+            "prompt_chars": len(row["prompt_text"])}
+
+
+def join_prompts(pairs: pa.Table, trajectories: pa.Table) -> pa.Table:
+    """Preference rows of either layout -> the full layout (PREFERENCE_SCHEMA): a compact
+    row's `prompt` / `prompt_text` cut from its trajectory in `trajectories` (rows with `id`,
+    `text`, `messages`: the same chunk's trajectories shard, and its repairs shard for repair
+    pairs; a pair's trajectory is always in its chunk). A trajectory that is not there is a
+    ValueError naming the pair (the shards do not belong together)."""
+    if "prompt_chars" not in pairs.column_names:
+        return pairs.select(PREFERENCE_SCHEMA.names)
+    rows = pairs.to_pylist()
+    wanted = pa.array(sorted({row["trajectory_id"] for row in rows
+                              if row["prompt_chars"] is not None}), pa.string())
+    found = trajectories.select(["id", "text", "messages"]).filter(
+        pc.is_in(trajectories.column("id"), value_set=wanted))
+    by_id = {row["id"]: row for row in found.to_pylist()}
+    for row in rows:
+        chars, count = row.pop("prompt_chars"), row.pop("prompt_messages")
+        if chars is None:
+            continue
+        source = by_id.get(row["trajectory_id"])
+        if source is None:
+            raise ValueError(f"pair {row['id']} refers to trajectory {row['trajectory_id']}, "
+                             "which these trajectories do not hold")
+        row["prompt_text"], row["prompt"] = source["text"][:chars], source["messages"][:count]
+    return rows_to_table(rows, PREFERENCE_SCHEMA)

@@ -17,6 +17,11 @@ different tools never meet in one Arrow struct, so no tool's call gains null key
 another's. With the project's template (`datagen/templates/qwen2_5_tools.jinja`, which is
 TRL's `qwen2_5.jinja`) a loaded pair renders exactly `prompt_text + chosen_text` (tested).
 
+An OUT written with `preferences.layout: compact` (a negative's pair stores how much of its
+trajectory's messages and text its prompt is, not the prompt) loads the same: the prompts are
+joined back from the same chunk's trajectories shard, and the dataset is the one the full
+layout gives (tested).
+
 Only the shards `manifest.json` lists are read, after the cheap check a resume makes (size,
 footer, row count), as `datagen inspect` does: an unfinished chunk is not part of the dataset.
 The dataset is Arrow-backed: `datasets` copies the shards into its cache once (memory-mapped,
@@ -26,7 +31,10 @@ The dataset is Arrow-backed: `datasets` copies the shards into its cache once (m
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from datagen.pipeline.shards import OutputUnreadable, manifest_shards, read_manifest, shard_problem
 
@@ -97,7 +105,57 @@ def load_preferences(out: str | Path, sources: Sequence[str] | None = None, *,
     wanted = None if sources is None else _check_names(sources, PREFERENCE_SOURCES,
                                                        "unknown preference sources")
     filters = None if wanted is None else [("source", "in", list(wanted))]
-    return _load(listed_shards(out, "preferences"), "preferences", filters, streaming, cache_dir)
+    files = listed_shards(out, "preferences")
+    if "prompt_chars" in pq.read_schema(files[0]).names:  # preferences.layout: compact
+        return _load_joined(out, files, filters, streaming, cache_dir)
+    return _load(files, "preferences", filters, streaming, cache_dir)
+
+
+def joined_preferences(out: str | Path, files: list[str],
+                       filters: list[tuple[str, str, Any]] | None) -> Iterator[pa.Table]:
+    """Compact preference shards with their prompts joined back from the same chunk's
+    trajectories (negative pairs) and repairs (repair pairs) shards, one full-layout table
+    per shard (datagen.preferences.join_prompts)."""
+    from datagen.preferences import join_prompts
+
+    listed = read_manifest(Path(out)).get("counts", {})
+    sources = {table: {Path(file).name: file for file in listed_shards(out, table)}
+               for table in ("trajectories", "repairs") if listed.get(table)}
+    for file in files:
+        name = Path(file).name
+        if name not in sources.get("trajectories", {}):
+            raise OutputUnreadable(f"{file} refers to prompts in trajectories/{name}, which "
+                                   "the manifest does not list")
+        conversations = pa.concat_tables(
+            pq.read_table(shards[name], columns=["id", "text", "messages"])
+            for shards in sources.values() if name in shards)
+        yield join_prompts(pq.read_table(file, filters=filters or None), conversations)
+
+
+def _load_joined(out: str | Path, files: list[str], filters: list[tuple[str, str, Any]] | None,
+                 streaming: bool, cache_dir: str | None) -> "Dataset | IterableDataset":
+    """The compact layout as the same dataset `_load` gives for the full layout: rows are
+    joined shard by shard (the cache holds the full prompts; `streaming` joins on the fly)."""
+    from datasets import Dataset, Features, IterableDataset
+
+    from datagen.rows import PREFERENCE_SCHEMA
+
+    def rows(out: str, files: list[str], filters: Any, version: tuple[str, ...]
+             ) -> Iterator[dict]:
+        for table in joined_preferences(out, files, list(filters) if filters else None):
+            yield from table.to_pylist()
+
+    # `files` is the one list: `datasets` may split it between its workers. `version` (the
+    # shards' checksums) changes the cache key when the shards change.
+    kwargs = {"out": str(out), "files": files, "filters": tuple(filters or ()),
+              "version": tuple(info.sha256 for info in
+                               manifest_shards(read_manifest(Path(out)))["preferences"])}
+    features = Features.from_arrow_schema(PREFERENCE_SCHEMA)
+    dataset = (IterableDataset.from_generator(rows, features=features, gen_kwargs=kwargs)
+               if streaming else
+               Dataset.from_generator(rows, features=features, gen_kwargs=kwargs,
+                                      cache_dir=cache_dir))
+    return dataset.cast(conversational_features(dataset.features, "preferences"))
 
 
 def load_sft(out: str | Path, tables: Sequence[str] = ("trajectories",), *,

@@ -16,9 +16,13 @@ from typing import Any
 
 import orjson
 
+from mutators.applicator_checks import (conditional_check, contains_check, dependency_check,
+                                        property_names_check, unevaluated_items_check,
+                                        unevaluated_properties_check)
+from mutators.evaluated import Evaluation
 from mutators.introspect import (accepted_types, base_policy, describe_types, group_policy,
                                  merge_policies)
-from mutators.jsonvalues import PY_TYPE_TAG, NOT_JSON, json_type, type_label
+from mutators.jsonvalues import PY_TYPE_TAG, NOT_JSON, json_type, render, type_label
 from mutators.keyword_checks import (Check, Err, json_check, key_errors, number_check,
                                      pattern_miss, string_check, under, unique_check,
                                      unknown_key_detail, value_check)
@@ -44,6 +48,7 @@ class Compiler:
     def __init__(self) -> None:
         self._memo: dict[tuple[int, bool], Check | None] = {}
         self._forward: dict[tuple[int, bool], list] = {}
+        self.evaluation = Evaluation(self)  # for unevaluatedProperties / unevaluatedItems
 
     def check(self, node: Node, keyed: bool = True) -> Check:
         key = (id(node), keyed)
@@ -65,7 +70,7 @@ class Compiler:
             return _never
         per_type = self._per_type(node, keyed)
         extras = [c for c in (value_check(node), self._all_of(node), self._any_of(node, keyed),
-                              self._not(node)) if c is not None]
+                              self._not(node), conditional_check(self, node)) if c is not None]
         accepted = None if node.types is None else frozenset(
             t for name in node.types for t in _PY_TYPES[name])
         integral_float = accepted is not None and int in accepted and float not in accepted
@@ -125,11 +130,15 @@ class Compiler:
         delegated = node.types is None and bool(
             node.any_of or node.enum is not None or node.const is not None)
         has_array_keywords = (node.items is not None or node.prefix_items or node.unique_items
-                              or node.min_items is not None or node.max_items is not None)
+                              or node.min_items is not None or node.max_items is not None
+                              or node.contains is not None or node.unevaluated_items is not None)
         if "array" in types and not (delegated and not has_array_keywords):
-            checks[list] = checks[tuple] = self._array(node)
+            checks[list] = checks[tuple] = _all_of_checks(
+                self._array(node), contains_check(self, node), unevaluated_items_check(self, node))
         if "object" in types and not (delegated and not _has_object_keywords(node)):
-            checks[dict] = self._object(node, keyed)
+            checks[dict] = _all_of_checks(
+                self._object(node, keyed), dependency_check(self, node),
+                property_names_check(self, node), unevaluated_properties_check(self, node))
         return checks
 
     def _array(self, node: Node) -> Check:
@@ -140,9 +149,9 @@ class Compiler:
         def check(array: list) -> list[Err] | None:
             errors = None
             if low is not None and len(array) < low:
-                errors = [Err("length", f"{len(array)} items, fewer than minItems {low}")]
+                errors = [Err("length", f"{len(array)} items, fewer than minItems {render(low)}")]
             if high is not None and len(array) > high:
-                errors = [Err("length", f"{len(array)} items, more than maxItems {high}")]
+                errors = [Err("length", f"{len(array)} items, more than maxItems {render(high)}")]
             for index, item in enumerate(array):
                 found = (prefix[index] if index < len(prefix) else items)(item)
                 if found:
@@ -159,7 +168,7 @@ class Compiler:
         properties = {key: self.check(sub) for key, sub in node.properties.items()}
         patterns = [(pattern, self.check(sub)) for pattern, sub in node.pattern_properties]
         required, low, high = node.required, node.min_properties, node.max_properties
-        policy = base_policy(node) if keyed and not node.any_of else None
+        policy = base_policy(node) if keyed and not node.any_of and _own_key_policy(node) else None
         extra = self.check(policy.extra) if policy is not None and policy.extra else None
         unknown_detail = unknown_key_detail(policy) if policy is not None else ""
         closed = policy is not None and policy.vote == "closed"
@@ -172,8 +181,9 @@ class Compiler:
                     found = sub(value)
                     if found:
                         errors = (errors or []) + under(found, key)
-                    continue
-                matched = False
+                    if not patterns:
+                        continue
+                matched = sub is not None  # a named key also meets the patterns it matches
                 for pattern, sub in patterns:
                     hit = pattern.search(key) if type(key) is str else None
                     if hit:
@@ -195,9 +205,9 @@ class Compiler:
                 if key not in obj:
                     errors = (errors or []) + under([Err("required", "missing required key")], key)
             if low is not None and len(obj) < low:
-                errors = (errors or []) + [Err("length", f"object has fewer than {low} keys")]
+                errors = (errors or []) + [Err("length", f"object has fewer than {render(low)} keys")]
             if high is not None and len(obj) > high:
-                errors = (errors or []) + [Err("length", f"object has more than {high} keys")]
+                errors = (errors or []) + [Err("length", f"object has more than {render(high)} keys")]
             return errors
 
         if not closed and not properties and not patterns and not required and extra is None \
@@ -229,7 +239,7 @@ class Compiler:
         branch_types = [accepted_types(branch) for branch in node.any_of]
         union = None if None in branch_types else frozenset().union(*branch_types)
         policies = [merge_policies(base_policy(node), group_policy(branch))
-                    for branch in node.any_of] if keyed else []
+                    for branch in node.any_of] if keyed and _own_key_policy(node) else []
         extras = [self.check(p.extra) if p.extra else None for p in policies]
         unknown_details = [unknown_key_detail(p) for p in policies]
 
@@ -256,10 +266,38 @@ class Compiler:
             Err("not", "value matches a schema it must not match (`not`)")]
 
 
+def _own_key_policy(node: Node) -> bool:
+    """Whether the project's key policy (introspect.py) decides which keys `node` allows. Not
+    where the schema says `unevaluatedProperties`: that is JSON Schema's own way to close an
+    object across allOf/anyOf/$ref, and its check alone decides, exactly as the standard says
+    (keys of every passing anyOf branch count, not of one)."""
+    return node.unevaluated_properties is None
+
+
 def _has_object_keywords(node: Node) -> bool:
     return bool(node.properties or node.pattern_properties or node.required
                 or node.has_properties or node.additional is not None
-                or node.min_properties is not None or node.max_properties is not None)
+                or node.min_properties is not None or node.max_properties is not None
+                or node.dependent_required or node.dependent_schemas
+                or node.property_names is not None or node.unevaluated_properties is not None)
+
+
+def _all_of_checks(first: Check, *more: Check | None) -> Check:
+    """One check running `first` and every other given check, errors concatenated (just
+    `first` when the others are absent, as they are for almost every schema)."""
+    rest = [check for check in more if check is not None]
+    if not rest:
+        return first
+    checks = [first, *rest]
+
+    def check(value: Any) -> list[Err] | None:
+        errors = None
+        for sub in checks:
+            if found := sub(value):
+                errors = found if errors is None else errors + found
+        return errors
+
+    return check
 
 
 def _best_failure(value: Any, failures: list[list[Err]], branch_types: list,

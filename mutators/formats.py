@@ -14,9 +14,10 @@ import re
 from datetime import date
 from typing import Callable
 
-_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
-_TIME = re.compile(r"(\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:?\d{2})?")
-_DATETIME = re.compile(_DATE.pattern + r"[Tt ]" + _TIME.pattern)
+# ASCII digits only: Python's \d also takes "２０２４" (fullwidth), which int() then reads
+_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})", re.ASCII)
+_TIME = re.compile(r"(\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:?\d{2})?", re.ASCII)
+_DATETIME = re.compile(_DATE.pattern + r"[Tt ]" + _TIME.pattern, re.ASCII)
 _EMAIL = re.compile(r"[^@\s]+@[^@\s.]+(?:\.[^@\s.]+)+")
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\s]+")
 _UUID = re.compile(r"[0-9a-fA-F]{8}(?:-?[0-9a-fA-F]{4}){3}-?[0-9a-fA-F]{12}")
@@ -92,3 +93,26 @@ FORMAT_SAMPLES: dict[str, str] = {
     "uuid": "123e4567-e89b-42d3-a456-426614174000", "ipv4": "10.0.0.1", "ipv6": "::1",
     "hostname": "example.com",
 }
+
+# What a value of each format looks like, for error messages an agent can act on.
+FORMAT_HINTS: dict[str, str] = {
+    "date": "YYYY-MM-DD", "time": "HH:MM:SS", "date-time": "YYYY-MM-DDTHH:MM:SS",
+    "datetime": "YYYY-MM-DDTHH:MM:SS", "email": "name@example.com",
+    "idn-email": "name@example.com", "uri": "scheme:rest, e.g. https://example.com",
+    "url": "e.g. https://example.com", "iri": "scheme:rest, e.g. https://example.com",
+    "uuid": "8-4-4-4-12 hex digits", "ipv4": "four numbers 0-255, e.g. 10.0.0.1",
+    "ipv6": "e.g. 2001:db8::1", "hostname": "e.g. example.com",
+}
+
+
+def canonical_date_time(text: str) -> str:
+    """A date-time this module accepts, written the RFC 3339 way: `T` between date and time,
+    seconds present (`2024-01-01 10:00` -> `2024-01-01T10:00:00`), so that code downstream
+    that slices or compares strings sees one spelling. Other text is returned unchanged."""
+    match = _DATETIME.fullmatch(text)
+    if not match:
+        return text
+    offset = text[match.end(5):]  # past HH:MM: [:SS[.frac]][offset]
+    if match.group(6) is None:
+        offset = ":00" + offset
+    return f"{text[:10]}T{text[11:match.end(5)]}{offset}".replace("z", "Z")

@@ -6,10 +6,13 @@
 Closed objects. Tool calls are validated as closed objects: a key the schema does not declare
 is an error unless the schema allows additional properties. "Declares" is read generously,
 because specs split objects over `allOf`/`anyOf` branches and `$ref`s: the declared keys of an
-object are its own `properties` and `required` keys plus those of its `allOf` branches, and of
-the `anyOf`/`oneOf` branch the value matches. Each schema in that group votes: explicit
-`additionalProperties: false` or declared `properties` vote "closed"; `additionalProperties:
-true` or a schema votes "open" (an explicit open beats a closed); a schema that says neither
+object are its own `properties` and `required` keys plus those of its `allOf` branches, of
+the `anyOf`/`oneOf` branch the value matches, and of its `if`/`then`/`else` and
+`dependentSchemas` branches (all of them: which one applies is left to their own checks).
+Each schema in that group votes: explicit `additionalProperties: false` (else
+`unevaluatedProperties: false`) or declared `properties` vote "closed";
+`additionalProperties: true` or a schema (else `unevaluatedProperties` true or a schema)
+votes "open" (an explicit open beats a closed); a schema that says neither
 (`{"type": "object"}`) does not vote. An object nobody votes on is free-form (open).
 """
 
@@ -62,6 +65,8 @@ def own_policy(node: Node) -> KeyPolicy:
         vote, extra = OPEN, None
     elif isinstance(node.additional, Node):
         vote, extra = OPEN, node.additional
+    elif node.unevaluated_properties is not None:  # its own check validates the other keys
+        vote, extra = (CLOSED if node.unevaluated_properties.never else OPEN), None
     else:
         vote, extra = (CLOSED if node.has_properties else None), None
     return KeyPolicy(declared, patterns, vote, extra)
@@ -85,12 +90,18 @@ def union_policy(branches: tuple[Node, ...], seen: frozenset[int] = frozenset())
 
 
 def base_policy(node: Node, seen: frozenset[int] = frozenset()) -> KeyPolicy:
-    """`node`'s own policy merged with its `allOf` branches (not its `anyOf` branches)."""
+    """`node`'s own policy merged with its `allOf` branches and, read as a union, its
+    if/then/else and dependentSchemas branches (not its `anyOf` branches)."""
     seen = seen | {id(node)}
     policy = own_policy(node)
     for branch in node.all_of:
         if id(branch) not in seen:
             policy = merge_policies(policy, group_policy(branch, seen))
+    conditional = tuple(branch for branch in (node.if_, node.then, node.else_,
+                                              *(sub for _, sub in node.dependent_schemas))
+                        if branch is not None and id(branch) not in seen)
+    if conditional:
+        policy = merge_policies(policy, union_policy(conditional, seen))
     return policy
 
 

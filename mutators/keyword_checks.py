@@ -12,7 +12,7 @@ import math
 from fractions import Fraction
 from typing import Any, Callable
 
-from mutators.formats import FORMAT_CHECKERS
+from mutators.formats import FORMAT_CHECKERS, FORMAT_HINTS
 from mutators.introspect import KeyPolicy
 from mutators.jsonvalues import json_equal, json_type, non_json_reason, render, type_label
 from mutators.safe_regex import UNDECIDED, SafeRegex
@@ -54,18 +54,20 @@ def string_check(node: Node) -> Check | None:
     if low is None and high is None and pattern is None and format_ok is None:
         return None
     fmt = node.format
+    hint = f" ({FORMAT_HINTS[fmt]})" if fmt in FORMAT_HINTS else ""
 
     def check(value: str) -> list[Err] | None:
         errors = None
         size = len(value)
         if low is not None and size < low:
-            errors = [Err("length", f"string of length {size} is shorter than minLength {low}")]
+            errors = [Err("length", f"string of length {size} is shorter than minLength {render(low)}")]
         if high is not None and size > high:
-            errors = [Err("length", f"string of length {size} is longer than maxLength {high}")]
+            errors = [Err("length", f"string of length {size} is longer than maxLength {render(high)}")]
         if pattern is not None and not (found := pattern.search(value)):
             errors = (errors or []) + [pattern_miss(pattern, value, found)]
         if format_ok is not None and not format_ok(value):
-            errors = (errors or []) + [Err("format", f"{render(value)} is not a valid {fmt}")]
+            errors = (errors or []) + [Err("format", f"{render(value)} is not a valid {fmt}"
+                                                     f"{hint}")]
         return errors
 
     return check

@@ -17,6 +17,10 @@ from mutators.formats import FORMAT_SAMPLES
 from mutators.jsonvalues import copy_json
 from mutators.schema import Node
 
+# A schema may ask for a huge minLength/minItems; a sample stays small (callers validate it,
+# and a value that misses the bound is simply rejected there).
+MAX_SAMPLE_LENGTH = 1000
+MAX_SAMPLE_ITEMS = 16
 _KEY_HINTS: tuple[tuple[str, Any], ...] = (
     ("email", "alex.morgan@example.com"), ("date", "2024-03-15"),
     ("time", "2024-03-15T09:30:00Z"), ("url", "https://example.com/items/1"),
@@ -34,7 +38,7 @@ def _string(node: Node, key: str) -> str:
         lower = key.lower()
         text = next((hint for word, hint in _KEY_HINTS if word in lower and isinstance(hint, str)),
                     "example")
-    low, high = node.min_length or 0, node.max_length
+    low, high = min(node.min_length or 0, MAX_SAMPLE_LENGTH), node.max_length
     if len(text) < low:
         text = text + "x" * (low - len(text))
     if high is not None and len(text) > high:
@@ -54,7 +58,10 @@ def _number(node: Node, integer: bool) -> int | float:
         value = high
     if integer:
         return math.ceil(value)
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # a bound past the float range (10**5000): the int is a number too
+        return value
 
 
 def _first_type(node: Node, key: str) -> str | None:
@@ -94,7 +101,7 @@ def sample_value(node: Node, rng: random.Random, key: str = "", depth: int = 0) 
         return True
     if kind == "array":
         item = node.items or (node.prefix_items[0] if node.prefix_items else Node())
-        count = max(node.min_items or 0, 1) if depth < 6 else 0
+        count = min(max(node.min_items or 0, 1), MAX_SAMPLE_ITEMS) if depth < 6 else 0
         return [sample_value(item, rng, key.rstrip("s"), depth + 1) for _ in range(count)]
     if kind == "object":
         if depth >= 6:

@@ -10,6 +10,7 @@ resolved into shared `Node` objects, so recursive schemas become cyclic graphs.
 
 from __future__ import annotations
 
+import math
 from reprlib import recursive_repr
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from urllib.parse import unquote
 
 from mutators.jsonvalues import render
 from mutators.safe_regex import SafeRegex, compile_safe
+from mutators.schema_keywords import keyword_warnings
 from mutators.type_names import CANONICAL_TYPES, union_of, parse_type_name
 
 _ANNOTATIONS = {"description", "title", "default", "examples", "$comment", "deprecated",
@@ -53,6 +55,18 @@ class Node:
     min_properties: int | None = None
     max_properties: int | None = None
     unique_items: bool = False
+    items_true: bool = False                    # `items: true`: every item is evaluated
+    contains: Node | None = None
+    min_contains: int | None = None             # applies with `contains` only (default 1)
+    max_contains: int | None = None
+    if_: Node | None = None                     # if/then/else (`if` alone still annotates)
+    then: Node | None = None
+    else_: Node | None = None
+    dependent_required: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    dependent_schemas: tuple[tuple[str, Node], ...] = ()
+    property_names: Node | None = None
+    unevaluated_properties: Node | None = None  # `false` is a Node with never=True
+    unevaluated_items: Node | None = None
     pattern: SafeRegex | None = None
     format: str | None = None
     default: tuple | None = None                # (value,) when the schema has `default`
@@ -88,8 +102,12 @@ def _number(value: Any) -> float | None:
 
 
 def _count(value: Any) -> int | None:
+    """A non-negative count (minLength, maxItems...); None when absent or not a finite number
+    (`"inf"` would overflow `int()`). Ints of any size stay exact; messages abbreviate them."""
     number = _number(value)
-    return int(number) if number is not None and number >= 0 else None
+    if number is None or (type(number) is float and not math.isfinite(number)) or number < 0:
+        return None
+    return int(number)
 
 
 class _Normaliser:
@@ -156,9 +174,10 @@ class _Normaliser:
         siblings = {k: v for k, v in raw.items()
                     if k not in ("$ref", "nullable", "x-nullable") and k not in _ANNOTATIONS}
         node = target_node
-        if siblings:
-            self.keepalive.append(siblings)
-            node = Node(all_of=(target_node, self.node(siblings, where)))
+        if siblings:  # the target applies in place, beside the siblings (as in 2020-12):
+            self.keepalive.append(siblings)  # unevaluatedProperties there sees its keys
+            node = self.node(siblings, where)
+            node.all_of = (target_node, *node.all_of)
         if nullable:
             node = Node(any_of=(node, Node(types=("null",))))
         return node
@@ -188,11 +207,14 @@ class _Normaliser:
         return None
 
     def fill(self, node: Node, raw: dict[str, Any], where: str) -> None:
+        for warning in keyword_warnings(raw):
+            self.warn(where, warning)
         raw = self.apply_type(node, raw, where)
         self.fill_object(node, raw, where)
         self.fill_array(node, raw, where)
         self.fill_values(node, raw, where)
         self.fill_combinators(node, raw, where)
+        self.fill_conditionals(node, raw, where)
         self.fill_scalars(node, raw, where)
         if node.types is None and (node.has_properties or isinstance(node.additional, Node)):
             node.types = ("object",)  # properties without a type: the author meant an object
@@ -270,13 +292,24 @@ class _Normaliser:
             prefix, items = items, raw.get("additionalItems")
         if isinstance(prefix, list):
             node.prefix_items = tuple(self.node(s, f"{where}.prefixItems") for s in prefix)
-        if items is False:
-            node.max_items = len(node.prefix_items)
-        elif items is not None and items is not True:
-            node.items = self.node(items, f"{where}.items")
+        stated_max = _count(raw.get("maxItems"))
+        if items is False:  # nothing past the prefix: a bound, kept with any smaller maxItems
+            node.max_items = min(len(node.prefix_items), stated_max if stated_max is not None
+                                 else len(node.prefix_items))
+        else:
+            node.max_items = stated_max
+            node.items_true = items is True
+            if items is not None and items is not True:
+                node.items = self.node(items, f"{where}.items")
         node.min_items = _count(raw.get("minItems"))
-        node.max_items = _count(raw.get("maxItems")) if node.max_items is None else node.max_items
         node.unique_items = raw.get("uniqueItems") is True
+        if "contains" in raw:
+            node.contains = self.node(raw["contains"], f"{where}.contains")
+            node.min_contains = _count(raw.get("minContains"))
+            node.max_contains = _count(raw.get("maxContains"))
+        if "unevaluatedItems" in raw:
+            node.unevaluated_items = self.node(raw["unevaluatedItems"],
+                                               f"{where}.unevaluatedItems")
 
     def fill_values(self, node: Node, raw: dict[str, Any], where: str) -> None:
         enum = raw.get("enum")
@@ -315,6 +348,37 @@ class _Normaliser:
         node.any_of = any_of or one_of
         if "not" in raw:
             node.not_ = self.node(raw["not"], f"{where}.not")
+
+    def fill_conditionals(self, node: Node, raw: dict[str, Any], where: str) -> None:
+        """if/then/else, dependentRequired/dependentSchemas (and draft-7 `dependencies`),
+        propertyNames, unevaluatedProperties."""
+        if "if" in raw:
+            node.if_ = self.node(raw["if"], f"{where}.if")
+            if "then" in raw:
+                node.then = self.node(raw["then"], f"{where}.then")
+            if "else" in raw:
+                node.else_ = self.node(raw["else"], f"{where}.else")
+        required, schemas = [], []
+        for keyword in ("dependencies", "dependentRequired", "dependentSchemas"):
+            value = raw.get(keyword)
+            if value is not None and not isinstance(value, dict):
+                self.warn(where, f"`{keyword}` is not an object; ignored")
+                continue
+            for key, dependency in (value or {}).items():
+                names = keyword == "dependentRequired" or (
+                    keyword == "dependencies" and isinstance(dependency, list))
+                if names and isinstance(dependency, list):
+                    required.append((str(key), tuple(str(d) for d in dependency)))
+                elif names:
+                    self.warn(where, f"`{keyword}.{key}` is not a list of names; ignored")
+                else:
+                    schemas.append((str(key), self.node(dependency, f"{where}.{keyword}.{key}")))
+        node.dependent_required, node.dependent_schemas = tuple(required), tuple(schemas)
+        if "propertyNames" in raw:
+            node.property_names = self.node(raw["propertyNames"], f"{where}.propertyNames")
+        if "unevaluatedProperties" in raw:
+            node.unevaluated_properties = self.node(raw["unevaluatedProperties"],
+                                                    f"{where}.unevaluatedProperties")
 
     def fill_scalars(self, node: Node, raw: dict[str, Any], where: str) -> None:
         node.minimum, node.maximum = _number(raw.get("minimum")), _number(raw.get("maximum"))

@@ -7,7 +7,7 @@ Through `anyOf`/`oneOf` the walk follows the branch the value actually matches, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mutators.compile import CompiledSchema
@@ -23,13 +23,15 @@ MAX_SLOTS = 512  # a call with a 10k-item array is walked only this far
 class Slot:
     """A value inside the arguments: `parts` is its path, `node` its schema, `parent` the
     schema of the object/array holding it (None for the arguments object itself) and
-    `required` whether its key is required there."""
+    `required` whether its key is required there. `memo` holds what mutators derive from
+    the slot, so that several operators of one call derive it once."""
 
     parts: Path
     value: Any
     node: Node
     parent: Node | None = None
     required: bool = False
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def key(self) -> Any:

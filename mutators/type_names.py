@@ -15,7 +15,7 @@ CANONICAL_TYPES = ("string", "integer", "number", "boolean", "object", "array", 
 
 _ALIASES: dict[str, str] = {}
 for _canonical, _names in {
-    "string": "string str text char chars varchar character unicode bytes byte",
+    "string": "string str text char chars varchar character unicode bytes byte geopoint",
     "integer": "integer int long short bigint smallint tinyint int8 int16 int32 int64 uint "
                "uint8 uint16 uint32 uint64 i8 i16 i32 i64 u8 u16 u32 u64 usize isize",
     "number": "number float double decimal real numeric num float16 float32 float64 f32 f64",
@@ -133,6 +133,10 @@ def parse_type_name(name: Any) -> dict[str, Any] | None:
     if lower.endswith("[]"):
         inner = parse_type_name(text[:-2])
         return None if inner is None else {"type": "array", "items": inner}
+    if lower.endswith(")") and " (" in lower:  # ToolBench: 'DATE (YYYY-MM-DD)', 'GEOPOINT (lat, lng)'
+        head = parse_type_name(text[: text.index(" (")])
+        if head is not None:
+            return head
     for opener, closer in ("[]", "<>", "()"):
         if lower.endswith(closer) and opener in lower:
             head = lower[: lower.index(opener)].strip().rsplit(".", 1)[-1]

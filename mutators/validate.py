@@ -2,7 +2,8 @@
 
 A call is `{"name": str, "arguments": dict}`; a tool is an OpenAI-style spec
 (`{"type": "function", "function": {name, description, parameters}}`), the bare function
-(`{name, description, parameters}`), or an Anthropic-style `{name, input_schema}`.
+(`{name, description, parameters}`), an Anthropic-style `{name, input_schema}` or an MCP
+`{name, inputSchema}`.
 Arguments are validated as closed objects (see `introspect.py`), every error says where
 (`arguments.filters.status`) and why (`reason`), and nothing here raises on bad input:
 a malformed call or spec is reported as an error with reason "malformed".
@@ -14,6 +15,8 @@ Decisions worth knowing:
 - `arguments` must be a dict; a JSON string (the OpenAI wire format) is reported as
   malformed, use `coerce_call` to decode it first. A missing or null `arguments` means {}.
 - oneOf is checked as anyOf: a value matching two branches of a sloppy spec is accepted.
+- It is the project's one validator: environments check tool arguments with it too
+  (`datagen/envs/_arguments.py`), so an episode and its environment never disagree.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from mutators.keyword_checks import Err
 from mutators.safe_regex import new_call
 
 REASONS = ("type", "unknown_key", "required", "enum", "const", "format", "range", "length",
-           "pattern", "unique", "not", "forbidden", "malformed", "name")
+           "pattern", "unique", "contains", "property_name", "not", "forbidden", "malformed",
+           "name")
 
 
 @dataclass(slots=True)
@@ -87,7 +91,8 @@ def _load_tool(tool: Any) -> ToolInfo | ValidationError:
     name = function.get("name")
     if not isinstance(name, str) or not name:
         return _error("tool", "malformed", "tool spec has no name")
-    parameters = function.get("parameters", function.get("input_schema"))
+    parameters = next((function[key] for key in ("parameters", "input_schema", "inputSchema")
+                       if key in function), None)  # OpenAI, Anthropic, MCP
     if parameters is not None and not isinstance(parameters, (dict, bool)):
         return _error("tool.parameters", "malformed",
                       f"parameters must be a JSON Schema object, got {type(parameters).__name__}")

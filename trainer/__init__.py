@@ -1,9 +1,10 @@
-"""trainer: the modified Qwen2.5 and its training chain (SAD -> DPO), as recipes over a
-library.
+"""trainer: the modified Qwen2.5 and its training chain (SAD -> DPO -> PPO), as recipes over
+a library.
 
 Recipes (trainer.recipes, chosen by `recipe:` in the config):
     trainer.recipes.sad    span-level distillation (SAD, token KD, SFT) on trajectories/repairs
     trainer.recipes.dpo    preference training (DPO, IPO, RPO) on preferences/ pairs
+    trainer.recipes.ppo    RL in the environments: PPO with a value head, GRPO / RLOO
 
 Library:
     trainer.contract       span ids, chat markers, columns, call text, chat spans: the one
@@ -19,8 +20,11 @@ Library:
     trainer.eval           `python -m trainer eval`: a checkpoint on held-out tasks (trainer.heldout):
                            step-level metrics (trainer.step_eval), episodes through datagen's hf
                            teacher (trainer.agent_backend, trainer.generation), IRR
+    trainer.agent_backend  a checkpoint as datagen's registered `policy` teacher backend
+    trainer.rl             PPO's library: rewards, advantages, losses, value head, rollouts
 
-Training reads the shards through the data contract only and never imports the generation
-side (datagen, mutators, critics); evaluation is where the two meet: it plays episodes with
-datagen's teacher machinery. Importing `trainer` itself loads nothing heavy.
+SAD and DPO read the shards through the data contract only and never import the generation
+side (datagen, mutators, critics); evaluation and PPO's rollouts are where the two meet: they
+play episodes with datagen's teacher machinery, the policy plugged in through datagen's
+teacher-backend registry. Importing `trainer` itself loads nothing heavy.
 """

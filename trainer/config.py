@@ -176,6 +176,94 @@ class DPOConfig(StrictModel):
         return self.source_weights.get(source, 1.0)
 
 
+CALL_CLASSES = ("truncated", "unparsable", "unknown_tool", "hallucinated_key", "type_error",
+                "missing_required", "constraint", "malformed", "tool_error")
+
+
+class RewardConfig(StrictModel):
+    """Reward weights of the `ppo` recipe (trainer.rl.rewards defines the error classes)."""
+
+    success: float = Field(1.0, description="reward when the checker accepts the final answer")
+    turn_cost: float = Field(0.01, ge=0, description="subtracted per assistant turn: prefers "
+                             "short solutions; keep it well under the success reward")
+    penalties: dict[str, float] = Field(
+        default_factory=lambda: {"truncated": 0.5, "unparsable": 0.5, "unknown_tool": 0.5,
+                                 "hallucinated_key": 0.3, "type_error": 0.3,
+                                 "missing_required": 0.3, "constraint": 0.2, "malformed": 0.3,
+                                 "tool_error": 0.05},
+        description="subtracted per turn for each error class it shows (" +
+        ", ".join(CALL_CLASSES) + "); a class left out costs 0")
+
+    @model_validator(mode="after")
+    def _classes(self) -> "RewardConfig":
+        unknown = sorted(set(self.penalties) - set(CALL_CLASSES))
+        if unknown:
+            raise ValueError(f"penalties names unknown error classes {unknown}; known: "
+                             f"{list(CALL_CLASSES)}")
+        if any(value < 0 for value in self.penalties.values()):
+            raise ValueError("penalties must be >= 0 (they are subtracted)")
+        return self
+
+
+class PPOConfig(StrictModel):
+    """The PPO recipe (trainer/recipes/ppo.py): the policy plays tasks, rewards come from the
+    environments and the schema. run.max_steps counts iterations (rollouts + updates)."""
+
+    advantage: Literal["gae", "grpo", "rloo"] = Field(
+        "gae", description="gae = PPO with a value head (GAE over generated tokens); grpo / "
+        "rloo = critic-free: group baseline over group_size rollouts of each task (cheaper; "
+        "no value head trained)")
+    envs: tuple[str, ...] = Field(("sql", "fs", "enterprise"), min_length=1,
+                                  description="environments the training tasks come from")
+    task_seed: int = Field(0, ge=0, description="TaskSource seed of the training tasks (the "
+                           "generation task space; held-out evaluation tasks never overlap)")
+    tasks_per_iteration: int = Field(4, ge=1, description="distinct tasks per iteration per "
+                                     "worker")
+    group_size: int = Field(2, ge=1, description="rollouts per task (grpo/rloo need >= 2: the "
+                            "baseline is the group's other rollouts)")
+    rollout_workers: int = Field(1, ge=1, description="rollout actors per learner worker, "
+                                 "each holding a copy of the policy")
+    rollout_cpus: float = Field(1.0, gt=0, description="CPUs reserved per rollout actor")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of rollouts; the "
+                               "learner scores tokens at the same temperature")
+    max_turns: int = Field(6, ge=1, description="assistant turns per episode")
+    max_tokens_per_turn: int = Field(128, ge=1, description="token budget per turn (a turn "
+                                     "that hits it is truncated: penalised)")
+    on_invalid_turn: Literal["stop", "feedback"] = Field(
+        "stop", description="stop = a malformed turn ends the episode (as trainer eval plays); "
+        "feedback = the error is shown and the policy may recover")
+    epochs: int = Field(2, ge=1, description="passes over each iteration's rollouts")
+    minibatch_size: int = Field(4, ge=1, description="episodes per optimizer step")
+    gamma: float = Field(1.0, ge=0, le=1, description="GAE discount per generated token")
+    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
+    clip_ratio: float = Field(0.2, gt=0, description="PPO clip range of the probability ratio")
+    value_clip: float = Field(0.2, ge=0, description="clip range of the value update (0 = "
+                              "unclipped value loss)")
+    value_coef: float = Field(0.5, ge=0, description="weight of the value loss")
+    entropy_coef: float = Field(0.0, ge=0, description="weight of the entropy bonus")
+    kl_coef: float = Field(0.05, ge=0, description="weight of the KL to the reference (the "
+                           "starting weights); 0 = no reference model")
+    kl_estimator: Literal["k1", "k3"] = Field("k1", description="k1 = log p - log p_ref "
+                                              "(unbiased, can be negative); k3 = "
+                                              "exp(d) - d - 1, d = log p_ref - log p (>= 0, "
+                                              "lower variance)")
+    kl_in: Literal["reward", "loss"] = Field("reward", description="reward = per-token KL "
+                                             "penalty folded into the rewards (classic PPO); "
+                                             "loss = a KL term added to the loss (GRPO)")
+    whiten_advantages: bool = Field(True, description="gae: normalise advantages over each "
+                                    "iteration's generated tokens (mean 0, std 1); grpo/rloo "
+                                    "keep their group advantages as they are")
+    chunk_size: int = Field(256, ge=1, description="time steps per logits chunk when scoring")
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+
+    @model_validator(mode="after")
+    def _group(self) -> "PPOConfig":
+        if self.advantage in ("grpo", "rloo") and self.group_size < 2:
+            raise ValueError(f"advantage {self.advantage!r} needs group_size >= 2 (the "
+                             f"baseline is the other rollouts of the same task)")
+        return self
+
+
 class CurriculumConfig(StrictModel):
     enabled: bool = False
     start_fraction: float = Field(0.3, gt=0, le=1, description="easiest share used at step 0")
@@ -220,16 +308,19 @@ class ScalingConfig(StrictModel):
         return self
 
 
-RECIPE_SECTIONS = {"sad": ("loss", "curriculum"), "dpo": ("dpo",)}
+RECIPE_SECTIONS = {"sad": ("loss", "curriculum"), "dpo": ("dpo",), "ppo": ("ppo",)}
 
 
 class TrainConfig(StrictModel):
-    recipe: Literal["sad", "dpo"] = Field("sad", description="training loop: sad = span-level "
-                                          "distillation (loss, curriculum); dpo = preference "
-                                          "training on preferences/ (dpo)")
+    recipe: Literal["sad", "dpo", "ppo"] = Field("sad", description="training loop: sad = "
+                                                 "span-level distillation (loss, curriculum); "
+                                                 "dpo = preference training on preferences/ "
+                                                 "(dpo); ppo = RL in the environments (ppo)")
     run_dir: str = Field(..., description="checkpoints, metrics.jsonl and Ray's run state; "
                          "rerunning into it resumes. Multi-node: a path every node can reach")
-    shards: str = Field(..., description="dataset OUT root (trajectories/, preferences/, repairs/)")
+    shards: str | None = Field(None, description="dataset OUT root (trajectories/, "
+                               "preferences/, repairs/); required by sad and dpo, unused by "
+                               "ppo (it writes its rollouts under run_dir/rollouts)")
     tokenizer: str = Field(..., description="tokenizer directory (scripts/build_tokenizer.py)")
     ray_address: str | None = Field(None, description="Ray to join; default $RAY_ADDRESS or local")
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -237,6 +328,7 @@ class TrainConfig(StrictModel):
     loss: LossConfig = Field(default_factory=LossConfig)
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     dpo: DPOConfig = Field(default_factory=DPOConfig)
+    ppo: PPOConfig = Field(default_factory=PPOConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     run: RunConfig = Field(default_factory=RunConfig)
     scaling: ScalingConfig = Field(default_factory=ScalingConfig)
@@ -257,15 +349,7 @@ class TrainConfig(StrictModel):
     def _dpo(self) -> "TrainConfig":
         if self.recipe != "dpo":
             return self
-        if self.data.packing:
-            raise ValueError("data.packing is not supported by recipe 'dpo'")
-        defaults = DataConfig()
-        sad_only = [name for name in ("tables", "table_weights", "mch_rows", "batch_size",
-                                      "bucket_pool_batches")
-                    if getattr(self.data, name) != getattr(defaults, name)]
-        if sad_only:
-            raise ValueError(f"data.{sad_only[0]} is read by recipe 'sad' only (recipe 'dpo' "
-                             f"reads dpo.batch_size and dpo.bucket_pool_batches)")
+        self._refuse_sad_data_fields("reads dpo.batch_size and dpo.bucket_pool_batches")
         reference = self.dpo.reference_model or self.model.init_from
         if self.dpo.reference == "precomputed" and reference is None:
             raise ValueError("dpo.reference 'precomputed' needs a checkpoint: dpo.reference_model "
@@ -274,6 +358,31 @@ class TrainConfig(StrictModel):
             raise ValueError("dpo.reference 'model' keeps a second model on every rank; with "
                              "deepspeed use 'precomputed'")
         return self
+
+    @model_validator(mode="after")
+    def _ppo(self) -> "TrainConfig":
+        if self.recipe != "ppo":
+            if self.shards is None:
+                raise ValueError(f"recipe {self.recipe!r} needs shards (the dataset OUT root)")
+            return self
+        if self.scaling.strategy == "deepspeed":
+            raise ValueError("recipe 'ppo' runs with scaling.strategy 'ddp' (rollout actors "
+                             "get the full weights each iteration)")
+        self._refuse_sad_data_fields("reads data.max_seq_len and the ppo section")
+        return self
+
+    def _refuse_sad_data_fields(self, what_it_reads: str) -> None:
+        """Recipes other than sad read only data.max_seq_len: a data field of SAD's set to
+        something else would be ignored silently."""
+        if self.data.packing:
+            raise ValueError(f"data.packing is not supported by recipe {self.recipe!r}")
+        defaults = DataConfig()
+        sad_only = [name for name in ("tables", "table_weights", "mch_rows", "batch_size",
+                                      "bucket_pool_batches")
+                    if getattr(self.data, name) != getattr(defaults, name)]
+        if sad_only:
+            raise ValueError(f"data.{sad_only[0]} is read by recipe 'sad' only (recipe "
+                             f"{self.recipe!r} {what_it_reads})")
 
     @model_validator(mode="after")
     def _combinations(self) -> "TrainConfig":

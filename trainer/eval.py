@@ -10,10 +10,11 @@ leak check) and the sections `--only` selects (all by default):
   REASON/ACT cross-entropy, ACT token accuracy, next-call exact match, right-tool and
   schema-valid rates of the greedy call at each gold step (overall and per env), and the MCH's
   AUROC of gold calls against their typed hard negatives;
-- `episodes`: the checkpoint plays the tasks through datagen's `hf` teacher (the same
+- `episodes`: the checkpoint plays the tasks through datagen's episode loop (the same
   template, token trace, parser, schema check, environments and checkers as generation) with
-  one of two decoders: `policy` (default: `trainer.generation.AgentPolicy` behind
-  `PolicyBackend`, modifications and hybrid mode active) or `batched` (datagen's `HFBackend`
+  one of two decoders: `policy` (default: the `policy` teacher backend,
+  `trainer.generation.AgentPolicy` behind `PolicyBackend`, modifications and hybrid mode
+  active) or `batched` (datagen's `hf` backend, `HFBackend`
   as is; plain-Qwen2 decoding only). Success rate, syntax-error rate (attempted calls that do
   not parse, name an unknown tool, fail the schema or are cut off, over attempted calls),
   mean steps, failure kinds, per env, and the hybrid mode: switch rate per trigger
@@ -215,7 +216,8 @@ def episode_backend(checkpoint: str, *, max_steps: int = 12,
                     generation: "GenerationConfig | None" = None, decoder: str = "policy",
                     on_invalid_turn: str = "stop", max_batch_size: int = 8,
                     device: str = "cpu") -> tuple["TeacherConfig", "TurnBackend"]:
-    """The `hf` teacher config and turn backend that play the checkpoint's episodes."""
+    """The teacher config (`policy` or `hf` backend) and turn backend that play the
+    checkpoint's episodes on `device`."""
     from datagen.teachers.config import EpisodeConfig, HFConfig, SamplingConfig, TeacherConfig
     from datagen.teachers.hf import HFBackend
     from transformers import AutoConfig
@@ -226,7 +228,7 @@ def episode_backend(checkpoint: str, *, max_steps: int = 12,
     generation = generation or GenerationConfig()
     checkpoint = resolve_checkpoint(checkpoint)
     config = TeacherConfig(
-        backend="hf", name="eval",
+        backend="policy" if decoder == "policy" else "hf", name="eval",
         hf=HFConfig(model=checkpoint, max_batch_size=max_batch_size, device=device),
         sampling=SamplingConfig(temperature=generation.temperature, logprobs=0,
                                 max_tokens_per_turn=generation.max_new_tokens,
@@ -234,7 +236,8 @@ def episode_backend(checkpoint: str, *, max_steps: int = 12,
         episode=EpisodeConfig(max_turns=max_steps, on_invalid_turn=on_invalid_turn,
                               max_concurrent_episodes=max_batch_size, max_total_tokens=1 << 20))
     if decoder == "policy":
-        backend = PolicyBackend(config.hf, config.sampling, generation)
+        backend = PolicyBackend.from_checkpoint(checkpoint, generation, max_batch_size,
+                                                device=device)
     else:
         problem = plain_decoding_problem(AutoConfig.from_pretrained(checkpoint))
         if problem:

@@ -4,10 +4,11 @@ Topology (readable here, in one place):
 
     driver:  TrainConfig -> recipe (`recipe:`, trainer.recipes) -> its Ray Data stream over
              OUT/ (sad: trainer.data; dpo: trainer.readers.preferences, after the reference
-             pass when dpo.reference is precomputed) -> TorchTrainer
+             pass when dpo.reference is precomputed; ppo: none) -> TorchTrainer
     workers: `scaling.num_workers` x TorchTrainer worker (`cpus_per_worker` CPUs, a GPU each
              with use_gpu) running the recipe's train_loop_per_worker; gloo on CPU, NCCL on
-             GPU; DDP or DeepSpeed ZeRO inside
+             GPU; DDP or DeepSpeed ZeRO inside; ppo: each worker also starts its rollout
+             actors (trainer.rl.rollout, `ppo.rollout_workers` x `ppo.rollout_cpus` CPUs)
     storage: run_dir = Ray Train's storage_path/name: checkpoints + run state; rerunning with
              the same run_dir resumes from the latest checkpoint; metrics.jsonl beside them
 
@@ -123,7 +124,9 @@ def fit(cfg: TrainConfig) -> FitResult:
             name=run_dir.name, storage_path=str(run_dir.parent),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
             worker_runtime_env={"env_vars": worker_env} if worker_env else None),
-        datasets={"train": dataset}, dataset_config=ordered_ingest())
+        # ppo has no dataset: its data are the rollouts it plays in the loop
+        **({"datasets": {"train": dataset}, "dataset_config": ordered_ingest()}
+           if dataset is not None else {}))
     result = trainer.fit()
     checkpoint = result.checkpoint.path if result.checkpoint is not None else None
     return FitResult(str(run_dir), checkpoint, dict(result.metrics or {}), data_info)

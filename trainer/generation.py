@@ -55,6 +55,8 @@ class Turn:
     # first that applies, in that order); None when it did not run
     trigger: str | None = None
     problem: str | None = None          # what is wrong with the kept turn (None: well-formed)
+    # log-prob of each kept token under the distribution it was sampled from (behaviour policy)
+    logprobs: list[float] = field(default_factory=list)
 
 
 class AgentPolicy:
@@ -98,18 +100,32 @@ class AgentPolicy:
                temperature: float, max_new_tokens: int | None = None) -> list[list[int]]:
         """`count` continuations decoded in lockstep with a KV cache; each ends at
         <|im_end|> (included) or after `max_new_tokens` (default: the config's)."""
+        return self.sample_scored(input_ids, act_mode, count, temperature, max_new_tokens)[0]
+
+    @torch.no_grad()
+    def sample_scored(self, input_ids: torch.Tensor, act_mode: torch.Tensor, count: int,
+                      temperature: float, max_new_tokens: int | None = None,
+                      ) -> tuple[list[list[int]], list[list[float]]]:
+        """`sample`, and each generated token's log-probability under the distribution it
+        was drawn from (softmax of logits / temperature; of the logits when greedy): the
+        behaviour policy's log-probs an RL learner compares its own against."""
         ids, modes = input_ids.expand(count, -1), act_mode.expand(count, -1)
         out = self.model(input_ids=ids, act_mode=modes, use_cache=True, logits_to_keep=1)
         cache, logits = out.past_key_values, out.logits[:, -1]
         machine = ToolCallModeMachine(count, self.ids["tool_call_start"], self.ids["im_end"])
         generated: list[list[int]] = [[] for _ in range(count)]
+        logprobs: list[list[float]] = [[] for _ in range(count)]
         done = [False] * count
         for _ in range(max_new_tokens or self.config.max_new_tokens):
-            tokens = self._pick(logits, temperature).tolist()
-            tokens = [self.ids["pad"] if done[row] else tok for row, tok in enumerate(tokens)]
+            chosen = self._pick(logits, temperature)
+            scale = temperature if temperature > 0 else 1.0
+            chosen_logprobs = torch.log_softmax(logits.float() / scale, dim=-1).gather(
+                -1, chosen[:, None]).squeeze(-1).tolist()
+            tokens = [self.ids["pad"] if done[row] else tok for row, tok in enumerate(chosen.tolist())]
             for row, token in enumerate(tokens):
                 if not done[row]:
                     generated[row].append(token)
+                    logprobs[row].append(chosen_logprobs[row])
                     done[row] = token == self.ids["im_end"]
             if all(done):
                 break
@@ -118,7 +134,7 @@ class AgentPolicy:
             out = self.model(input_ids=step, act_mode=mode, past_key_values=cache,
                              use_cache=True, logits_to_keep=1)
             cache, logits = out.past_key_values, out.logits[:, -1]
-        return generated
+        return generated, logprobs
 
     @torch.no_grad()
     def confidence(self, input_ids: torch.Tensor, act_mode: torch.Tensor,
@@ -194,16 +210,18 @@ class AgentPolicy:
               tools: list[dict[str, Any]] | None = None) -> Turn:
         """Greedy (or configured) turn, then the slow path when it is broken or, with an MCH,
         not trusted (see the module docstring)."""
-        turns = self.sample(input_ids, act_mode, 1, self.config.temperature, max_new_tokens)
+        turns, logprobs = self.sample_scored(input_ids, act_mode, 1, self.config.temperature,
+                                             max_new_tokens)
         confidences = self.confidence(input_ids, act_mode, turns) if self.use_mch else [None]
         problems = [self.problem(turns[0], tools)]
         trigger = self._trigger(problems[0], confidences[0])
         slow = 0.0
         if trigger is not None:
             slow_started = time.perf_counter()
-            candidates = self.sample(input_ids, act_mode, self.num_candidates,
-                                     self.config.candidate_temperature, max_new_tokens)
-            turns = turns + candidates
+            candidates, candidate_logprobs = self.sample_scored(
+                input_ids, act_mode, self.num_candidates, self.config.candidate_temperature,
+                max_new_tokens)
+            turns, logprobs = turns + candidates, logprobs + candidate_logprobs
             confidences = confidences + (self.confidence(input_ids, act_mode, candidates)
                                          if self.use_mch else [None] * len(candidates))
             problems = problems + [self.problem(turn, tools) for turn in candidates]
@@ -211,4 +229,5 @@ class AgentPolicy:
         best = max(range(len(turns)), key=lambda i: (
             problems[i] is None, -1.0 if confidences[i] is None else confidences[i]))
         return Turn(self.tokenizer.decode(turns[best]), confidences[best], trigger is not None,
-                    time.perf_counter() - started, slow, turns[best], trigger, problems[best])
+                    time.perf_counter() - started, slow, turns[best], trigger, problems[best],
+                    logprobs[best])

@@ -11,7 +11,7 @@ from typing import Any, Callable, ClassVar
 
 import orjson
 
-from datagen.envs._argcheck import Check, compile_checker
+from datagen.envs._arguments import ArgumentCheck, Convert, argument_check, handler_arguments
 from datagen.envs.base import Environment
 from datagen.envs._names import FIRST_NAMES
 from datagen.types import GoldStep, Observation, Task, ToolCall
@@ -159,10 +159,12 @@ class ToolEnvironment(Environment):
         return cached
 
     @classmethod
-    def _checkers(cls) -> dict[str, Check]:
+    def _checkers(cls) -> dict[str, tuple[ArgumentCheck, Convert | None]]:
+        """Per tool: its argument check and what turns valid arguments into handler ones."""
         cached = cls.__dict__.get("_CHECKERS")
         if cached is None:
-            cached = {name: compile_checker(schema) for name, schema in cls._parameters().items()}
+            cached = {name: (argument_check(schema), handler_arguments(schema))
+                      for name, schema in cls._parameters().items()}
             cls._CHECKERS = cached
         return cached
 
@@ -173,17 +175,20 @@ class ToolEnvironment(Environment):
             arguments = call.get("arguments", {}) if isinstance(call, dict) else None
             if isinstance(arguments, str):
                 arguments = orjson.loads(arguments or "{}")
-            checker = self._checkers().get(name) if isinstance(name, str) else None
+            checker, convert = self._checkers().get(name, (None, None)) \
+                if isinstance(name, str) else (None, None)
             if checker is None:
                 return self.fail(f"unknown tool {render(name)}; available tools: "
                                  f"{', '.join(self._parameters())}")
             if arguments is None:
                 arguments = {}
-            error = _checked(checker, arguments) or _not_unicode(arguments)
+            error = checker(arguments) or _not_unicode(arguments)
             if error:
                 return self.fail(f"{name}: {error}")
             if not self.is_ready():
                 return self.fail("the environment has not been reset with a task")
+            if convert is not None:
+                arguments = convert(arguments)
             return getattr(self, "tool_" + name)(**arguments)
         except orjson.JSONDecodeError:
             return self.fail(f"{name}: arguments are not valid JSON")
@@ -218,15 +223,6 @@ class ToolEnvironment(Environment):
     def values_for(self, tool: str, key: str, current: Any) -> list[Any]:
         """Existing values that could stand in for argument `key` of `tool` (ids, names)."""
         return []
-
-
-def _checked(checker: Check, arguments: Any) -> str | None:
-    """The schema check's verdict; a value the checker cannot even describe (an int past 64
-    bits breaks its JSON rendering) is reported as such, not as a failed tool."""
-    try:
-        return checker(arguments)
-    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-        return f"arguments could not be checked: {str(exc)[:200]}"
 
 
 def _not_unicode(value: Any) -> str | None:

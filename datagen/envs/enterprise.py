@@ -22,6 +22,7 @@ from datagen.envs.enterprise_tasks import (CHECKS, damaged_order_ticket, refund_
                                            schedule_meeting, ticket_followup_call)
 from datagen.envs.enterprise_world import EnterpriseWorld, build_world
 from datagen.types import Observation, Task
+from mutators.formats import canonical_date_time
 
 TEMPLATES = (damaged_order_ticket, refund_line, schedule_meeting, ticket_followup_call,
              close_pending, reassign_tickets, escalate_ticket, update_contact_role,
@@ -258,6 +259,7 @@ class EnterpriseEnv(ToolEnvironment):
         s = self.state
         if related_ticket_id is not None and related_ticket_id not in s["tickets"]:
             return self._unknown("ticket", related_ticket_id)
+        start = canonical_date_time(start)  # "2026-03-04 10:00" is valid: store one spelling
         eid, me = self._new_id("events", "EV"), self._world.me["email"]
         event = {"event_id": eid, "title": title, "start": start,
                  "duration_minutes": duration_minutes,

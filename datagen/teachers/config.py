@@ -1,18 +1,21 @@
 """Typed configuration of the teachers: which backend, how it samples, how episodes run.
 
-`TeacherConfig.backend` picks the backend; the matching sub-section (`hf`, `openai`, `vllm`)
-holds what only that backend needs and must be present, and the others must be absent, so a
-config that names one backend and configures another fails before any work starts.
+`TeacherConfig.backend` picks the backend (a name in the registry, datagen.teachers.registry);
+the sub-section that backend reads (`hf`, `openai`, `vllm`) holds what only it needs and must
+be present, and the others must be absent, so a config that names one backend and configures
+another fails before any work starts.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-TEACHER_BACKENDS = ("oracle", "hf", "openai", "vllm")
-LLM_BACKENDS = ("hf", "openai", "vllm")
+from datagen.teachers.registry import SECTIONS, backend_spec
+
+TEACHER_BACKENDS = ("oracle", "hf", "openai", "vllm")  # datagen's own; more can be registered
+LLM_BACKENDS = SECTIONS
 
 
 class _Strict(BaseModel):
@@ -138,9 +141,11 @@ class VLLMConfig(_Strict):
 
 
 class TeacherConfig(_Strict):
-    backend: Literal["oracle", "hf", "openai", "vllm"] = Field(
-        "oracle", description="oracle = scripted gold-solution teacher (CPU); hf = Transformers "
-        "model in the worker; openai = OpenAI-compatible endpoint; vllm = vLLM engine actors")
+    backend: str = Field(
+        "oracle", description="a registered backend (datagen.teachers.registry): oracle = "
+        "scripted gold-solution teacher (CPU); hf = Transformers model in the worker; openai "
+        "= OpenAI-compatible endpoint; vllm = vLLM engine actors; others registered by the "
+        "package that provides them (policy: trainer.agent_backend, reads `hf`)")
     name: str | None = Field(None, description="name recorded on rows; defaults to the backend")
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     episode: EpisodeConfig = Field(default_factory=EpisodeConfig)
@@ -148,23 +153,31 @@ class TeacherConfig(_Strict):
     openai: OpenAIConfig | None = None
     vllm: VLLMConfig | None = None
 
+    @field_validator("backend")
+    @classmethod
+    def _registered(cls, backend: str) -> str:
+        backend_spec(backend)  # raises, listing the registered backends
+        return backend
+
     @model_validator(mode="after")
     def _one_backend_section(self) -> TeacherConfig:
-        for backend in LLM_BACKENDS:
-            section = getattr(self, backend)
-            if backend == self.backend and section is None:
-                raise ValueError(f"teacher.{backend} is required when teacher.backend is "
-                                 f"{backend!r} (allowed backends: {', '.join(TEACHER_BACKENDS)})")
-            if backend != self.backend and section is not None:
-                raise ValueError(f"teacher.{backend} is set but teacher.backend is "
-                                 f"{self.backend!r}; remove it or set backend: {backend}")
+        wanted = backend_spec(self.backend).section
+        for name in SECTIONS:
+            section = getattr(self, name)
+            if name == wanted and section is None:
+                raise ValueError(f"teacher.{name} is required when teacher.backend is "
+                                 f"{self.backend!r}")
+            if name != wanted and section is not None:
+                raise ValueError(f"teacher.{name} is set but teacher.backend is "
+                                 f"{self.backend!r}; remove it or set a backend that reads it")
         return self
 
     def teacher_tokenizer(self) -> str | None:
         """The tokenizer the teacher generates with (None for oracle and text-only endpoints)."""
-        if self.backend in ("hf", "vllm"):
-            section = getattr(self, self.backend)
+        section_name = backend_spec(self.backend).section
+        if section_name in ("hf", "vllm"):
+            section = getattr(self, section_name)
             return section.tokenizer or section.model
-        if self.backend == "openai" and self.openai.token_ids:
+        if section_name == "openai" and self.openai.token_ids:
             return self.openai.tokenizer
         return None

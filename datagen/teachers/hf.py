@@ -19,9 +19,9 @@ from typing import Any
 
 from datagen.chat import IM_END
 from datagen.teachers.config import HFConfig, SamplingConfig, TeacherConfig
-from datagen.teachers.episode import Generation, TurnBackend, TurnRequest
+from datagen.teachers.episode import Generation, TurnRequest
 from datagen.teachers.llm import LLMTeacher
-from datagen.teachers.microbatch import MicroBatcher
+from datagen.teachers.microbatch import BatchedTurnBackend
 from datagen.teachers.trace import decode, turn_text
 
 
@@ -54,7 +54,7 @@ def _choose(logits: Any, sampling: SamplingConfig, generator: Any) -> Any:
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-class HFBackend(TurnBackend):
+class HFBackend(BatchedTurnBackend):
     """Batched decoding with a Transformers model; exact token ids and raw top-k logprobs."""
 
     def __init__(self, config: HFConfig, sampling: SamplingConfig) -> None:
@@ -71,27 +71,12 @@ class HFBackend(TurnBackend):
             else self.im_end_id
         self.generator = torch.Generator(device=config.device)
         self.generator.manual_seed(sampling.seed or 0)
-        self.batcher: MicroBatcher | None = None
+        self.max_batch_size = config.max_batch_size
         self._stop_window = 2 * max((len(s) for s in sampling.stop), default=0) + 4
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "hf", "model": self.config.model, "device": self.config.device,
                 "dtype": self.config.dtype, "logprobs_mode": "raw"}
-
-    async def start(self) -> None:
-        self.batcher = MicroBatcher(self.generate_batch, self.config.max_batch_size)
-
-    async def stop(self) -> None:
-        self.batcher = None
-
-    def episode_started(self) -> None:
-        self.batcher.episode_started()
-
-    def episode_finished(self) -> None:
-        self.batcher.episode_finished()
-
-    async def generate(self, request: TurnRequest) -> Generation:
-        return await self.batcher.submit(request)
 
     def generate_batch(self, requests: list[TurnRequest]) -> list[Generation]:
         """One batch of turns (runs in a worker thread)."""

@@ -13,7 +13,7 @@ import asyncio
 from typing import Callable
 
 from datagen.teachers.base import describe_exception
-from datagen.teachers.episode import Generation, TurnRequest
+from datagen.teachers.episode import Generation, TurnBackend, TurnRequest
 
 BatchFn = Callable[[list[TurnRequest]], list[Generation]]
 
@@ -71,3 +71,30 @@ class MicroBatcher:
             if not future.done():
                 future.set_result(result)
         self._maybe_launch()
+
+
+class BatchedTurnBackend(TurnBackend):
+    """A turn backend that generates whole batches (`generate_batch`, run in a worker
+    thread) of the turns concurrent episodes ask for, micro-batched as above: the HF teacher,
+    the trainer's policy backend. Subclasses set `max_batch_size` and `generate_batch`."""
+
+    max_batch_size: int = 1
+    batcher: MicroBatcher | None = None
+
+    def generate_batch(self, requests: list[TurnRequest]) -> list[Generation]:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        self.batcher = MicroBatcher(self.generate_batch, self.max_batch_size)
+
+    async def stop(self) -> None:
+        self.batcher = None
+
+    def episode_started(self) -> None:
+        self.batcher.episode_started()
+
+    def episode_finished(self) -> None:
+        self.batcher.episode_finished()
+
+    async def generate(self, request: TurnRequest) -> Generation:
+        return await self.batcher.submit(request)

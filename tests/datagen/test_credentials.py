@@ -90,7 +90,8 @@ def test_public_dump_redacts_and_keeps_the_rest():
                                     "token": None}
     assert openai["api_key_env"] == "MY_KEY", "the variable's name is no secret"
     assert leaks(PASSWORD, json.dumps(dump)) == [] and leaks(BODY_KEY, json.dumps(dump)) == []
-    raw = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS)
+    # (`preferences` is left out at its default: see the fingerprint test below)
+    raw = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS | {"preferences"})
     assert {k: v for k, v in dump.items() if k != "teacher"} == {
         k: v for k, v in raw.items() if k != "teacher"}
 
@@ -101,10 +102,10 @@ def test_fingerprint_ignores_credentials_and_is_unchanged_without_them():
     elsewhere = _openai_config(f"http://u:{PASSWORD}@h:2/v1", extra_body={"api_key": BODY_KEY})
     assert fingerprint(one) == fingerprint(other), "a rotated password is the same data"
     assert fingerprint(one) != fingerprint(elsewhere), "another endpoint is not"
-    # the hash of a password-free config is what it was before redaction existed: OUTs that
-    # older runs wrote still resume
+    # the hash of a password-free config is what it was before redaction existed (and before
+    # the `preferences` section, left out at its default): OUTs that older runs wrote resume
     for config in (load_config("configs/demo.yaml"), _openai_config("http://h:1/v1")):
-        payload = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS)
+        payload = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS | {"preferences"})
         before = hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS))
         assert fingerprint(config) == before.hexdigest()[:16]
 

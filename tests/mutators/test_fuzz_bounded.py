@@ -115,3 +115,11 @@ def test_validate_and_mutate_report_never_raise_and_stay_within_budget(tool_and_
     assert set(report.impossible) | {n.kind for n in report.negatives} == set(ALL_KINDS)
     assert not any("mutator failed" in reason or "cannot read" in reason
                    for reason in report.impossible.values()), report.impossible
+
+
+def test_a_number_bound_past_the_float_range_is_sampled_as_an_int():
+    # found by a longer fuzz run: sample_value did float(10**5000) for a borrowed key's value
+    tool = {"name": "t", "parameters": {"type": "object", "properties": {
+        "a": {"$ref": "#"}, "b": {"type": "number", "minimum": 10**5000}}}}
+    report = mutate_report({"name": "t", "arguments": {}}, tool, 0, kinds=ALL_KINDS)
+    assert not any("mutator failed" in str(reason) for reason in report.impossible.values())

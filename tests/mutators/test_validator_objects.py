@@ -172,8 +172,21 @@ def test_tool_shapes_and_name():
     assert validate(call, tool(params, "search")) == []
     assert validate(call, tool(params, "search", wrapped=False)) == []
     assert validate(call, {"name": "search", "input_schema": params}) == []
+    assert validate(call, {"name": "search", "inputSchema": params}) == []  # MCP
+    assert validate({"name": "search", "arguments": {"q": 1}},
+                    {"name": "search", "inputSchema": params}) == [
+        "arguments.q: expected string, got integer"]
     assert validate(call, tool(params, "find")) == ['name: expected "find", got "search"']
     assert [e.reason for e in validate_detailed(call, tool(params, "find"))] == ["name"]
+
+
+def test_toolbench_type_names_with_an_annotation_are_their_type():
+    schema = {"type": "object", "properties": {"day": {"type": "DATE (YYYY-MM-DD)"},
+                                               "at": {"type": "GEOPOINT (latitude, longitude)"},
+                                               "n": {"type": "NUMBER"}}}
+    assert found(schema, {"day": "2024-01-31", "at": "48.85,2.35", "n": 2.5}) == []
+    assert sorted(found(schema, {"day": 20240131, "at": [48.85, 2.35], "n": "2"})) == [
+        ("arguments.at", "type"), ("arguments.day", "type"), ("arguments.n", "type")]
 
 
 def test_no_parameters_means_no_arguments():

@@ -67,11 +67,12 @@ def _scripted(policy, monkeypatch, greedy, candidates, scores=None):
     """The policy's sampler and head replaced by scripted turns and confidences."""
     calls = []
 
-    def sample(ids, mode, count, temperature, max_new=None):
+    def sample_scored(ids, mode, count, temperature, max_new=None):
         calls.append(count)
-        return [greedy] if count == 1 else candidates
+        turns = [greedy] if count == 1 else candidates
+        return turns, [[0.0] * len(turn) for turn in turns]
 
-    monkeypatch.setattr(policy, "sample", sample)
+    monkeypatch.setattr(policy, "sample_scored", sample_scored)
     if scores is not None:
         monkeypatch.setattr(policy, "confidence", lambda ids, mode, turns:
                             [scores.get(tuple(t)) for t in turns])

@@ -28,6 +28,12 @@ from trainer.contract import PREFERENCE_COLUMNS, TOOL_CALL_OPEN, chat_spans
 from trainer.documents import DocumentRows, ReadSettings, paired_rows
 
 NEGATIVE_SOURCE = "negative"
+# `preferences.layout: compact` (datagen) leaves a negative pair's prompt_text null and
+# records its length in its trajectory's text instead: this reader needs the full layout.
+COMPACT_MARKER = "prompt_chars"
+COMPACT_REFUSED = ("{root}/preferences was written with preferences.layout: compact (negative "
+                   "pairs without prompt_text); the trainer reads the full layout: regenerate "
+                   "with preferences.layout: full")
 REFERENCE_COLUMNS = ("id", "ref_chosen", "ref_rejected")
 
 
@@ -153,9 +159,12 @@ def preference_files(shards: str | Path) -> list[str]:
     if not files:
         raise FileNotFoundError(f"no preference shards under {root / 'preferences'} (generate "
                                 f"with negatives.enabled or critics.enabled)")
-    missing = [c for c in PREFERENCE_COLUMNS if c not in pq.read_schema(files[0]).names]
+    names = pq.read_schema(files[0]).names
+    missing = [c for c in PREFERENCE_COLUMNS if c not in names]
     if missing:
         raise ValueError(f"{files[0]} lacks required columns {missing}")
+    if COMPACT_MARKER in names:
+        raise ValueError(COMPACT_REFUSED.format(root=root))
     return files
 
 
@@ -212,6 +221,8 @@ def negative_documents(table: pa.Table, settings: ReadSettings, wanted: int,
                         [("source", "=", NEGATIVE_SOURCE)])
     if found is None:
         return DocumentRows()
+    if found.num_rows and found.column("prompt_text").null_count:
+        raise ValueError(COMPACT_REFUSED.format(root=Path(pool[0]["path"]).parents[1]))
     candidates = sorted((pair for pair in found.to_pylist()
                          if TOOL_CALL_OPEN in pair["rejected_text"]),
                         key=lambda pair: zlib.crc32(pair["id"].encode()))

@@ -5,10 +5,12 @@ modules of `trainer`).
 
     sad   trainer/recipes/sad.py   span-level distillation on trajectories (+ repairs, MCH)
     dpo   trainer/recipes/dpo.py   preference training on preferences/ pairs
+    ppo   trainer/recipes/ppo.py   RL in the environments: PPO (value head) or GRPO/RLOO
 
 A recipe module provides:
     build_dataset(cfg) -> (ray.data.Dataset, info)   the driver's data stream (one row per
-                                                     micro-batch); may run a preparatory pass
+                                                     micro-batch); may run a preparatory pass;
+                                                     None when the recipe makes its own (ppo)
     train_loop_per_worker(loop_config)               what every Ray Train worker runs;
                                                      loop_config["train"] is the TrainConfig
     loop_extras(cfg, dataset) -> dict                more entries for loop_config (optional)
@@ -21,7 +23,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-RECIPES = {"sad": "trainer.recipes.sad", "dpo": "trainer.recipes.dpo"}
+RECIPES = {"sad": "trainer.recipes.sad", "dpo": "trainer.recipes.dpo",
+           "ppo": "trainer.recipes.ppo"}
 
 
 def load_recipe(name: str) -> ModuleType:

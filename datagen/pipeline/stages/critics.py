@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from datagen.config import CriticsConfig, GenerateConfig
 from datagen.pipeline.stages.base import (Stage, StageBatch, StageContext, StageOutput,
                                           register_stage)
-from datagen.pipeline.stages.tables import PREFERENCES, REPAIRS
+from datagen.pipeline.stages.tables import PREFERENCES, REPAIRS, preferences_table
+from datagen.preferences import prompt_by_reference
 from datagen.teachers import EnvPool, Teacher, make_teacher
 from datagen.types import Trajectory, stable_seed
 
@@ -62,10 +63,15 @@ class CriticStage(Stage):
     name = "critics"
     tables = (REPAIRS, PREFERENCES)
 
-    def __init__(self, config: CriticsConfig, run_seed: int, critic: Critic | None = None) -> None:
+    def __init__(self, config: CriticsConfig, run_seed: int, critic: Critic | None = None,
+                 preferences_layout: str = "full") -> None:
         self.config = config
         self.run_seed = run_seed
         self.critic = critic or make_critic(config)
+        # compact: a repair pair's prompt is the start of its repairs/ row; safety pairs keep
+        # theirs (their conversations are in no table), with the reference columns null
+        self.compact = preferences_layout == "compact"
+        self.output_tables = (REPAIRS, preferences_table(preferences_layout))
 
     @classmethod
     def enabled(cls, config: GenerateConfig) -> bool:
@@ -74,7 +80,8 @@ class CriticStage(Stage):
     @classmethod
     def build(cls, config: GenerateConfig, context: StageContext) -> CriticStage:
         return cls(config.critics, config.seed,
-                   make_critic(config.critics, context.teacher, context.out))
+                   make_critic(config.critics, context.teacher, context.out),
+                   config.preferences.layout)
 
     def run(self, trajectories: list[Trajectory], envs: EnvPool) -> StageOutput:
         batch = StageBatch()
@@ -82,7 +89,7 @@ class CriticStage(Stage):
         if hasattr(self.critic, "prefetch"):  # a model: all of the batch's prompts at once
             self.critic.prefetch(self._requests(trajectories, envs))
         self._run(trajectories, envs, self.critic, batch)
-        return batch.output(self.tables, seconds=round(time.perf_counter() - started, 4))
+        return batch.output(self.output_tables, seconds=round(time.perf_counter() - started, 4))
 
     def _requests(self, trajectories: list[Trajectory], envs: EnvPool) -> list[CritiqueRequest]:
         """The critique requests the batch will make, found by a dry run with a critic that
@@ -143,16 +150,17 @@ class CriticStage(Stage):
             batch.add("preferences", safety_preference(case, traj.tools, traj.id, rng))
             batch.count("safety", case.kind if case.dangerous else f"benign_{case.call.name}")
 
-    @staticmethod
-    def _emit(result: Repair | Rejected, rng: random.Random, batch: StageBatch) -> None:
-        from critics.repair import Repair, repair_preference, repair_row
+    def _emit(self, result: Repair | Rejected, rng: random.Random, batch: StageBatch) -> None:
+        from critics.repair import Repair, repair_preference, repair_row, repair_view
 
         if not isinstance(result, Repair):
             batch.reject("rejected", result)
             return
         batch.count("repaired", result.error_kind)
-        batch.add("repairs", repair_row(result))
-        batch.add("preferences", repair_preference(result, rng))
+        view = repair_view(result)  # rendered once for the row and the pair
+        batch.add("repairs", repair_row(result, view))
+        pair = repair_preference(result, rng, view)
+        batch.add("preferences", prompt_by_reference(pair) if self.compact else pair)
 
     @classmethod
     def summary_lines(cls, stats: dict[str, Any]) -> list[str]:

@@ -20,8 +20,8 @@ from datagen.config import GenerateConfig, NegativesConfig
 from datagen.envs import Environment
 from datagen.pipeline.stages.base import (Stage, StageBatch, StageContext, StageOutput,
                                           register_stage)
-from datagen.pipeline.stages.tables import NEGATIVES, PREFERENCES
-from datagen.preferences import TrajectoryView, negative_preference
+from datagen.pipeline.stages.tables import NEGATIVES, PREFERENCES, preferences_table
+from datagen.preferences import TrajectoryView, negative_preference, prompt_by_reference
 from datagen.teachers import EnvPool
 from datagen.types import ToolCall, Trajectory, stable_seed
 
@@ -34,11 +34,13 @@ def _json(value: Any) -> str:
     return orjson.dumps(value, default=str).decode()
 
 
-def negative_row(traj: Trajectory, step: int, call: ToolCall, negative: Negative) -> dict:
+def negative_row(traj: Trajectory, step: int, call: ToolCall, negative: Negative,
+                 original_json: str | None = None) -> dict:
+    """A `negatives` row (`original_json`: the call's JSON, when the caller has it already)."""
     return {
         "trajectory_id": traj.id, "env": traj.task.env, "step": step, "kind": negative.kind,
         "subkind": negative.subkind, "path": negative.path, "tool": call.name,
-        "original": _json(call.as_dict()), "mutated": _json(negative.call),
+        "original": original_json or _json(call.as_dict()), "mutated": _json(negative.call),
         "original_value": _json(negative.original), "mutated_value": _json(negative.mutated),
         "errors": list(negative.errors), "schema_valid": negative.schema_valid,
         "outcome_changed": negative.outcome_changed, "description": negative.description,
@@ -54,11 +56,14 @@ class NegativeStage(Stage):
     name = "negatives"
     tables = (NEGATIVES, PREFERENCES)
 
-    def __init__(self, config: NegativesConfig, run_seed: int) -> None:
+    def __init__(self, config: NegativesConfig, run_seed: int,
+                 preferences_layout: str = "full") -> None:
         # imported here: the mutators cost every worker's start-up only when the stage is on
         from mutators import mutate_report
 
         self.config, self.run_seed, self.mutate_report = config, run_seed, mutate_report
+        self.compact = preferences_layout == "compact"
+        self.output_tables = (NEGATIVES, preferences_table(preferences_layout))
 
     @classmethod
     def enabled(cls, config: GenerateConfig) -> bool:
@@ -66,7 +71,7 @@ class NegativeStage(Stage):
 
     @classmethod
     def build(cls, config: GenerateConfig, context: StageContext) -> NegativeStage:
-        return cls(config.negatives, config.seed)
+        return cls(config.negatives, config.seed, config.preferences.layout)
 
     def run(self, trajectories: list[Trajectory], envs: EnvPool) -> StageOutput:
         batch = StageBatch()
@@ -76,7 +81,7 @@ class NegativeStage(Stage):
                     self._replay(traj, envs.get(traj.task.env), batch)
                 except Exception as exc:  # an env that breaks on replay costs its rows only
                     batch.count("replay_errors", type(exc).__name__)
-        return batch.output(self.tables)
+        return batch.output(self.output_tables)
 
     def _replay(self, traj: Trajectory, env: Environment, batch: StageBatch) -> None:
         env.reset(traj.task)
@@ -90,10 +95,12 @@ class NegativeStage(Stage):
                                         env=env if self.config.execute else None,
                                         other_tools=traj.tools, kinds=self.config.kinds,
                                         max_env_checks=self.config.max_env_checks)
+            original = _json(step.call.as_dict()) if report.negatives else None
             for negative in report.negatives:
                 batch.count("produced", negative.kind)
-                batch.add("negatives", negative_row(traj, index, step.call, negative))
-                batch.add("preferences", negative_preference(view, index, negative))
+                batch.add("negatives", negative_row(traj, index, step.call, negative, original))
+                pair = negative_preference(view, index, negative)
+                batch.add("preferences", prompt_by_reference(pair) if self.compact else pair)
             for kind, rejected in report.impossible.items():
                 batch.count("impossible", kind)
                 batch.count("impossible_why", f"{kind}: {rejected.kind}")

@@ -76,6 +76,12 @@ REPAIRS = Table("repairs", REPAIR_SCHEMA, "one row per repaired trajectory: an i
     "critique": "the critic's text (the REASON of the corrected turn)",
 })
 
+# `preferences.layout: compact`: a negative or repair pair leaves `prompt` and `prompt_text`
+# null and says how much of its trajectory's `messages` and `text` (trajectories/, resp.
+# repairs/) the prompt is instead (datagen.preferences.join_prompts puts them back).
+PROMPT_REFERENCE_FIELDS = (pa.field("prompt_messages", pa.int16()),
+                           pa.field("prompt_chars", pa.int32()))
+
 PREFERENCES = Table("preferences", PREFERENCE_SCHEMA, "one chosen/rejected pair per row "
                     "(TRL's conversational DPO format)", {
     "id": "pair id, deterministic",
@@ -92,4 +98,19 @@ PREFERENCES = Table("preferences", PREFERENCE_SCHEMA, "one chosen/rejected pair 
     "chosen_text": "`chosen` rendered; `prompt_text + chosen_text` is the trajectory's text "
                    "up to that turn",
     "rejected_text": "`rejected` rendered",
-})
+    "prompt_messages": "compact layout only: the prompt is the first `prompt_messages` "
+                       "messages of row `trajectory_id` of trajectories/ (a repair pair: of "
+                       "repairs/) in the same chunk (null: `prompt` holds it)",
+    "prompt_chars": "compact layout only: `prompt_text` is the first `prompt_chars` "
+                    "characters of that trajectory's `text`",
+}, optional=PROMPT_REFERENCE_FIELDS)
+
+
+def preferences_table(layout: str) -> Table:
+    """The preferences table as a run of `layout` (full | compact) writes it."""
+    if layout == "full":
+        return PREFERENCES
+    schema = PREFERENCES.schema
+    for field in PROMPT_REFERENCE_FIELDS:
+        schema = schema.append(field)
+    return Table(PREFERENCES.name, schema, PREFERENCES.about, PREFERENCES.columns)

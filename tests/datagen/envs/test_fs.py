@@ -134,7 +134,7 @@ def test_tool_semantics(env):
     ({"path": "/nope", "text": "x"}, "no such file"),
     ({"path": "/srv"}, "needs name_glob"),
     ({"path": "/srv", "text": "(", "regex": True}, "invalid regular expression"),
-    ({"path": "/srv", "text": "x", "max_results": 0}, ">= 1"),
+    ({"path": "/srv", "text": "x", "max_results": 0}, "less than the minimum 1"),
     ({"path": "/srv", "text": "(?<=a", "regex": True}, "invalid regular expression"),
 ])
 def test_search_errors(env, arguments, message):
