@@ -27,6 +27,7 @@ _UNSET = object()
 # (environment class, tool name) -> whether after-states compare, for tools whose original
 # call gave the same observation twice; a class adds one entry per tool
 _DETERMINISTIC: dict[tuple[type, str], bool] = {}
+_MAX_VERDICTS = 4096  # (class, tool) pairs kept; past that the checks simply run again
 
 
 def observation_key(obs: Any) -> Any:
@@ -77,8 +78,8 @@ class OutcomeProbe:
         except Exception as exc:  # noqa: BLE001 - any env failure becomes a reason
             self.failure = f"env.snapshot() failed: {type(exc).__name__}: {exc}"
             return False
-        key = (type(self.env), str(self.original.get("name") if isinstance(self.original, dict)
-                                   else None))
+        name = self.original.get("name") if isinstance(self.original, dict) else None
+        key = (type(self.env), str(name))
         try:
             first = self._run(self.original)
             comparable = _DETERMINISTIC.get(key)
@@ -89,6 +90,8 @@ class OutcomeProbe:
             return False
         if comparable is None:
             return False
+        if len(_DETERMINISTIC) >= _MAX_VERDICTS:
+            _DETERMINISTIC.clear()
         _DETERMINISTIC[key] = self._states_comparable = comparable
         self._baseline = first
         return True
