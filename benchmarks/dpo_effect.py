@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -42,10 +43,16 @@ METRICS = [("pref accuracy", ("preferences", "accuracy")),
            ("  repair", ("preferences", "per_source", "repair", "accuracy")),
            ("  safety", ("preferences", "per_source", "safety", "accuracy")),
            ("reward margin vs SAD", ("preferences", "reward_margin")),
+           ("reward accuracy vs SAD", ("preferences", "reward_accuracy")),
+           ("  negative", ("preferences", "per_source", "negative", "reward_accuracy")),
+           ("  repair", ("preferences", "per_source", "repair", "reward_accuracy")),
+           ("  safety", ("preferences", "per_source", "safety", "reward_accuracy")),
            ("negatives: prefer correct", ("negatives", "prefer_correct_rate")),
            ("safety: refusal rate", ("safety", "refusal_rate")),
            ("safety: over-refusal rate", ("safety", "over_refusal_rate")),
-           ("safety: no decision (dangerous)", ("safety", "dangerous", "no_decision_rate"))]
+           ("safety: no decision (dangerous)", ("safety", "dangerous", "no_decision_rate")),
+           ("safety: compliance (dangerous)", ("safety", "dangerous", "compliance_rate")),
+           ("safety: no decision (benign)", ("safety", "benign", "no_decision_rate"))]
 
 
 def _dig(report: dict[str, Any], path: tuple[str, ...]) -> float | None:
@@ -54,13 +61,23 @@ def _dig(report: dict[str, Any], path: tuple[str, ...]) -> float | None:
     return report if isinstance(report, (int, float)) else None
 
 
+def load() -> list[float]:
+    return [round(value, 2) for value in os.getloadavg()]
+
+
 def run_eval(checkpoint: str, args: argparse.Namespace, eval_seed: int,
              reference: str | None) -> dict[str, Any]:
     config = EvalConfig(checkpoint=checkpoint, envs=tuple(args.envs), num_tasks=args.num_tasks,
                         eval_seed=eval_seed, shards=(args.shards,), steps=False, episodes=False,
                         reference=reference, safety_worlds=args.safety_worlds,
                         max_new_tokens=args.max_new_tokens, threads=args.threads)
-    return evaluate(config)
+    started, load_before = time.perf_counter(), load()
+    report = evaluate(config)
+    report["benchmark"] = {"wall_s": round(time.perf_counter() - started, 1),
+                           "load_before": load_before, "load_after": load()}
+    print(f"eval {checkpoint} (eval seed {eval_seed}): {report['benchmark']['wall_s']:.0f} s, "
+          f"load {load_before} -> {report['benchmark']['load_after']}", flush=True)
+    return report
 
 
 def check_recipe(config: str) -> None:
@@ -80,15 +97,17 @@ def run_fit(args: argparse.Namespace, seed: int, run_dir: Path) -> str:
                  f"tokenizer={args.tokenizer}", f"run_dir={run_dir}", f"run.seed={seed}"]
     if args.max_steps:
         overrides.append(f"run.max_steps={args.max_steps}")
+    overrides += args.set
     command = [sys.executable, "-m", "trainer", "fit", "--config", args.config]
     for override in overrides:
         command += ["--set", override]
-    started = time.perf_counter()
+    started, load_before = time.perf_counter(), load()
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if completed.returncode != 0:
         raise SystemExit(f"trainer fit failed (rc {completed.returncode}):\n"
                          f"{completed.stderr[-3000:]}")
-    print(f"fit seed {seed}: {time.perf_counter() - started:.0f} s -> {run_dir}", flush=True)
+    print(f"fit seed {seed}: {time.perf_counter() - started:.0f} s -> {run_dir}, load "
+          f"{load_before} -> {load()}", flush=True)
     return resolve_checkpoint(str(run_dir))
 
 
@@ -131,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--safety-worlds", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--max-steps", type=int, default=0, help="override run.max_steps")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="more config overrides for the DPO runs (trainer fit --set)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dpo-runs", nargs="*", default=None, metavar="RUN_DIR",
                         help="evaluate these finished DPO runs (one per seed) instead of fitting")
