@@ -164,14 +164,24 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sad = resolve_checkpoint(args.sad)
-    before = [run_eval(sad, args, seed, None) for seed in args.eval_seeds]
-    runs = args.dpo_runs or [str(out / f"dpo-seed-{seed}") for seed in args.seeds]
+    before: list[dict] = []
     after: dict[int, list[dict]] = {}
+
+    def save() -> None:  # after every evaluation: a run stopped later keeps what it measured
+        (out / "reports.json").write_text(json.dumps({"before": before, "after": after},
+                                                     indent=2))
+
+    for seed in args.eval_seeds:
+        before.append(run_eval(sad, args, seed, None))
+        save()
+    runs = args.dpo_runs or [str(out / f"dpo-seed-{seed}") for seed in args.seeds]
     for seed, run_dir in zip(args.seeds, runs):
         checkpoint = (resolve_checkpoint(run_dir) if args.dpo_runs is not None
                       else run_fit(args, seed, Path(run_dir)))
-        after[seed] = [run_eval(checkpoint, args, e, sad) for e in args.eval_seeds]
-    (out / "reports.json").write_text(json.dumps({"before": before, "after": after}, indent=2))
+        after[seed] = []
+        for eval_seed in args.eval_seeds:
+            after[seed].append(run_eval(checkpoint, args, eval_seed, sad))
+            save()
     print(table(before, after))
     print(f"(eval seeds {args.eval_seeds}, {args.num_tasks} held-out tasks, "
           f"{args.safety_worlds} safety worlds; reports in {out / 'reports.json'})")

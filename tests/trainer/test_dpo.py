@@ -61,7 +61,9 @@ def _config(out, tokenizer_dir, start, *extra):
     return load_config(ROOT / "configs" / "dpo_tiny.yaml", [
         f"run_dir={out}/run", f"shards={out}", f"tokenizer={tokenizer_dir}",
         f"model.init_from={start}", "model.use_landmark=false", "data.max_seq_len=2048",
-        "dpo.batch_size=3", "dpo.bucket_pool_batches=4", *extra])
+        "dpo.batch_size=3", "dpo.bucket_pool_batches=4",
+        # the shipped tiny recipe trains repair + safety pairs with RPO; these tests cover all
+        "dpo.sources=[negative, repair, safety]", "dpo.rpo_alpha=0", *extra])
 
 
 def _pool(out, rows=64):
