@@ -15,7 +15,10 @@ scored. A DPO run should raise the accuracies and the refusal rate and not raise
 over-refusal rate.
 
     python benchmarks/dpo_effect.py --sad runs/tiny --shards out/demo --tokenizer runs/tokenizer \\
-        --seeds 0 1 --eval-seeds 0 1 --threads 1 --out runs/dpo_effect
+        --seeds 0 1 --eval-seeds 0 1 --threads 1 --safety-worlds 12 --out runs/dpo_effect
+
+The reports (runs/dpo_effect/reports.json) are saved after every evaluation. Measured figures:
+README, "DPO before/after, measured".
 """
 
 from __future__ import annotations
@@ -123,8 +126,10 @@ def _cell(values: list[float | None]) -> str:
 def table(before: list[dict], after: dict[int, list[dict]]) -> str:
     kinds = sorted({kind for report in before for kind in
                     report.get("negatives", {}).get("per_kind", {})})
-    rows = METRICS + [(f"  {kind}", ("negatives", "per_kind", kind, "prefer_correct_rate"))
-                      for kind in kinds]
+    per_kind = [(f"  {kind}", ("negatives", "per_kind", kind, "prefer_correct_rate"))
+                for kind in kinds]
+    at = next(i for i, (label, _) in enumerate(METRICS) if label.startswith("negatives:")) + 1
+    rows = METRICS[:at] + per_kind + METRICS[at:]
     seeds = sorted(after)
     header = ["metric", "SAD (before)"] + [f"DPO seed {s}" for s in seeds] + ["DPO mean"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -8,7 +8,8 @@ Tokenising a pair follows TRL: the prompt alone and prompt + each completion are
 and the completion starts where their tokens diverge (the chat markers are special tokens,
 so this is the prompt's end in practice). A pair longer than `max_seq_len` (prompt + either
 completion) is dropped, not cut (a cut prompt loses the system turn and tools, a cut
-completion its call), and counted; so is a pair with an empty completion.
+completion its call), and counted; so is a pair with an empty completion. The DPO feed
+shuffles each block's rows (seeded) before pooling them (`shuffled_pairs`).
 """
 
 from __future__ import annotations
