@@ -135,11 +135,12 @@ def pair_table(table: pa.Table, settings: PairSettings) -> pa.Table:
 
 
 def shuffled_pairs(table: pa.Table, settings: PairSettings) -> pa.Table:
-    """A block's rows of the trained sources, in a seeded random order (before pooling). A shard stores a trajectory's pairs together and the negatives stage's
-    pairs before the critics stage's (repairs, safety: ~7% of the demo's pairs, in the
-    shard's last rows), so pools cut from it in order held one trajectory's negatives, and a
-    short run saw no repair or safety pair at all. The order depends on the seed and the
-    block's first id, so a resumed run sees the same stream."""
+    """A block's rows of the trained sources, in a seeded random order (before pooling). A
+    shard stores a trajectory's pairs together and the negatives stage's pairs before the
+    critics stage's (repairs, safety: ~7% of the demo's pairs, in the shard's last rows), so
+    pools cut from it in order held one trajectory's negatives, and a short run saw no
+    repair or safety pair at all. The order depends on the seed and the block's first id,
+    so a resumed run sees the same stream."""
     table = selected(table, settings.sources)
     if table.num_rows < 2:
         return table
