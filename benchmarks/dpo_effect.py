@@ -15,13 +15,17 @@ scored. A DPO run should raise the accuracies and the refusal rate and not raise
 over-refusal rate.
 
     python benchmarks/dpo_effect.py --sad runs/tiny --shards out/demo --tokenizer runs/tokenizer \\
-        --seeds 0 1 --eval-seeds 0 1 --threads 1 --out runs/dpo_effect
+        --seeds 0 1 --eval-seeds 0 1 --threads 1 --safety-worlds 12 --out runs/dpo_effect
+
+The reports (runs/dpo_effect/reports.json) are saved after every evaluation. Measured figures:
+README, "DPO before/after, measured".
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -42,10 +46,16 @@ METRICS = [("pref accuracy", ("preferences", "accuracy")),
            ("  repair", ("preferences", "per_source", "repair", "accuracy")),
            ("  safety", ("preferences", "per_source", "safety", "accuracy")),
            ("reward margin vs SAD", ("preferences", "reward_margin")),
+           ("reward accuracy vs SAD", ("preferences", "reward_accuracy")),
+           ("  negative", ("preferences", "per_source", "negative", "reward_accuracy")),
+           ("  repair", ("preferences", "per_source", "repair", "reward_accuracy")),
+           ("  safety", ("preferences", "per_source", "safety", "reward_accuracy")),
            ("negatives: prefer correct", ("negatives", "prefer_correct_rate")),
            ("safety: refusal rate", ("safety", "refusal_rate")),
            ("safety: over-refusal rate", ("safety", "over_refusal_rate")),
-           ("safety: no decision (dangerous)", ("safety", "dangerous", "no_decision_rate"))]
+           ("safety: no decision (dangerous)", ("safety", "dangerous", "no_decision_rate")),
+           ("safety: compliance (dangerous)", ("safety", "dangerous", "compliance_rate")),
+           ("safety: no decision (benign)", ("safety", "benign", "no_decision_rate"))]
 
 
 def _dig(report: dict[str, Any], path: tuple[str, ...]) -> float | None:
@@ -54,13 +64,23 @@ def _dig(report: dict[str, Any], path: tuple[str, ...]) -> float | None:
     return report if isinstance(report, (int, float)) else None
 
 
+def load() -> list[float]:
+    return [round(value, 2) for value in os.getloadavg()]
+
+
 def run_eval(checkpoint: str, args: argparse.Namespace, eval_seed: int,
              reference: str | None) -> dict[str, Any]:
     config = EvalConfig(checkpoint=checkpoint, envs=tuple(args.envs), num_tasks=args.num_tasks,
                         eval_seed=eval_seed, shards=(args.shards,), steps=False, episodes=False,
                         reference=reference, safety_worlds=args.safety_worlds,
                         max_new_tokens=args.max_new_tokens, threads=args.threads)
-    return evaluate(config)
+    started, load_before = time.perf_counter(), load()
+    report = evaluate(config)
+    report["benchmark"] = {"wall_s": round(time.perf_counter() - started, 1),
+                           "load_before": load_before, "load_after": load()}
+    print(f"eval {checkpoint} (eval seed {eval_seed}): {report['benchmark']['wall_s']:.0f} s, "
+          f"load {load_before} -> {report['benchmark']['load_after']}", flush=True)
+    return report
 
 
 def check_recipe(config: str) -> None:
@@ -80,15 +100,17 @@ def run_fit(args: argparse.Namespace, seed: int, run_dir: Path) -> str:
                  f"tokenizer={args.tokenizer}", f"run_dir={run_dir}", f"run.seed={seed}"]
     if args.max_steps:
         overrides.append(f"run.max_steps={args.max_steps}")
+    overrides += args.set
     command = [sys.executable, "-m", "trainer", "fit", "--config", args.config]
     for override in overrides:
         command += ["--set", override]
-    started = time.perf_counter()
+    started, load_before = time.perf_counter(), load()
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if completed.returncode != 0:
         raise SystemExit(f"trainer fit failed (rc {completed.returncode}):\n"
                          f"{completed.stderr[-3000:]}")
-    print(f"fit seed {seed}: {time.perf_counter() - started:.0f} s -> {run_dir}", flush=True)
+    print(f"fit seed {seed}: {time.perf_counter() - started:.0f} s -> {run_dir}, load "
+          f"{load_before} -> {load()}", flush=True)
     return resolve_checkpoint(str(run_dir))
 
 
@@ -104,8 +126,10 @@ def _cell(values: list[float | None]) -> str:
 def table(before: list[dict], after: dict[int, list[dict]]) -> str:
     kinds = sorted({kind for report in before for kind in
                     report.get("negatives", {}).get("per_kind", {})})
-    rows = METRICS + [(f"  {kind}", ("negatives", "per_kind", kind, "prefer_correct_rate"))
-                      for kind in kinds]
+    per_kind = [(f"  {kind}", ("negatives", "per_kind", kind, "prefer_correct_rate"))
+                for kind in kinds]
+    at = next(i for i, (label, _) in enumerate(METRICS) if label.startswith("negatives:")) + 1
+    rows = METRICS[:at] + per_kind + METRICS[at:]
     seeds = sorted(after)
     header = ["metric", "SAD (before)"] + [f"DPO seed {s}" for s in seeds] + ["DPO mean"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -131,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--safety-worlds", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--max-steps", type=int, default=0, help="override run.max_steps")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="more config overrides for the DPO runs (trainer fit --set)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dpo-runs", nargs="*", default=None, metavar="RUN_DIR",
                         help="evaluate these finished DPO runs (one per seed) instead of fitting")
@@ -143,14 +169,24 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sad = resolve_checkpoint(args.sad)
-    before = [run_eval(sad, args, seed, None) for seed in args.eval_seeds]
-    runs = args.dpo_runs or [str(out / f"dpo-seed-{seed}") for seed in args.seeds]
+    before: list[dict] = []
     after: dict[int, list[dict]] = {}
+
+    def save() -> None:  # after every evaluation: a run stopped later keeps what it measured
+        (out / "reports.json").write_text(json.dumps({"before": before, "after": after},
+                                                     indent=2))
+
+    for seed in args.eval_seeds:
+        before.append(run_eval(sad, args, seed, None))
+        save()
+    runs = args.dpo_runs or [str(out / f"dpo-seed-{seed}") for seed in args.seeds]
     for seed, run_dir in zip(args.seeds, runs):
         checkpoint = (resolve_checkpoint(run_dir) if args.dpo_runs is not None
                       else run_fit(args, seed, Path(run_dir)))
-        after[seed] = [run_eval(checkpoint, args, e, sad) for e in args.eval_seeds]
-    (out / "reports.json").write_text(json.dumps({"before": before, "after": after}, indent=2))
+        after[seed] = []
+        for eval_seed in args.eval_seeds:
+            after[seed].append(run_eval(checkpoint, args, eval_seed, sad))
+            save()
     print(table(before, after))
     print(f"(eval seeds {args.eval_seeds}, {args.num_tasks} held-out tasks, "
           f"{args.safety_worlds} safety worlds; reports in {out / 'reports.json'})")

@@ -15,12 +15,13 @@ where the schema allows additional properties no key is unknown.
 
 from __future__ import annotations
 
+import random
 import re
 from functools import lru_cache
-from typing import Iterator
+from typing import Any, Iterator
 
 from mutators.introspect import group_policy
-from mutators.jsonvalues import format_path, get_at, rename_key, set_at
+from mutators.jsonvalues import copy_json, format_path, get_at, rename_key, set_at
 from mutators.negative import Candidate, KindSpec, MutationContext, interleave_by
 from mutators.sample import sample_value
 from mutators.schema import Node
@@ -142,22 +143,54 @@ def renamed(ctx: MutationContext) -> Iterator[Candidate]:
         yield from _key_candidates(ctx, slot, "renamed")
 
 
+_PER_CALL = object()     # a borrowable key whose value is drawn from the call's RNG
+_MAX_TOOL_SETS = 8      # other-tool sets remembered per tool schema (an environment has one)
+
+
 def borrowed(ctx: MutationContext) -> Iterator[Candidate]:
     """Top-level keys of the environment's other tools that this tool does not declare."""
     root = ctx.slots[0]
-    policy = group_policy(root.node)
-    if not policy.closed or not isinstance(root.value, dict):
+    if not group_policy(root.node).closed or not isinstance(root.value, dict):
         return
-    for other in ctx.other_tools:
-        if other.name == ctx.tool.name:
+    for key, node, owner, value in borrowable(ctx):
+        if key in root.value:
             continue
-        for key, node in group_properties(other):
-            if policy.is_declared(key) or key in root.value:
-                continue
+        if value is _PER_CALL:  # drawn in the same order as ever: a seed keeps its negatives
             value = sample_value(node, ctx.rng, key)
-            yield Candidate("borrowed", (key,), None, key,
-                            ctx.edited(lambda a, k=key, v=value: a.__setitem__(k, v)),
-                            f"added `{key}`, a parameter of tool `{other.name}`")
+        yield Candidate("borrowed", (key,), None, key,
+                        ctx.edited(lambda a, k=key, v=value: a.__setitem__(k, copy_json(v))),
+                        f"added `{key}`, a parameter of tool `{owner}`")
+
+
+def borrowable(ctx: MutationContext) -> list[tuple[str, Node, str, Any]]:
+    """(key, schema, owning tool, value) of the other tools' top-level keys that this tool
+    does not declare. They depend on the schemas only, so they are kept on the tool's schema
+    root per set of other tools (they were rebuilt, each with a sampled value, per call: ~10%
+    of the demo pipeline). A value that `sample_value` draws from the RNG (an enum) is
+    `_PER_CALL`; the others do not depend on the call and are sampled once."""
+    root = ctx.slots[0].node
+    others = tuple(o for o in ctx.other_tools if o.name != ctx.tool.name)
+    kept: dict[tuple[int, ...], tuple[tuple, list]] = root.memo.setdefault("borrowable", {})
+    ids = tuple(map(id, others))
+    hit = kept.get(ids)
+    if hit is not None and all(a is b for a, b in zip(hit[0], others)):
+        return hit[1]
+    policy = group_policy(root)
+    found = [(key, node, other.name, _fixed_value(node, key))
+             for other in others for key, node in group_properties(other)
+             if not policy.is_declared(key)]
+    if len(kept) >= _MAX_TOOL_SETS:
+        kept.clear()
+    kept[ids] = (others, found)
+    return found
+
+
+def _fixed_value(node: Node, key: str) -> Any:
+    """`sample_value(node)` when it draws nothing from the RNG, else `_PER_CALL`."""
+    probe = random.Random(0)
+    before = probe.getstate()
+    value = sample_value(node, probe, key)
+    return value if probe.getstate() == before else _PER_CALL
 
 
 def group_properties(tool: ToolInfo) -> list[tuple[str, Node]]:

@@ -32,10 +32,14 @@ SPECS: dict[str, KindSpec] = {
 }
 MAX_PROPOSED = 2000   # candidates proposed per kind (a huge call is not enumerated fully)
 MAX_TRIED = 64        # candidates validated per kind before giving up
+_MAX_TOOL_SETS = 256  # tool lists whose loaded tools are kept (an environment has one)
+# ids of a tool list's specs -> (the specs, their loaded tools): every call of an episode
+# passes the same specs, and loading them per call cost ~3% of the demo pipeline
+_tool_sets: dict[tuple[int, ...], tuple[list[Any], list[ToolInfo]]] = {}
 
 
 def _context(call: Any, tool: Any, env: Any, other_tools: Iterable[Any] | None,
-             ) -> MutationContext | Rejected:
+             original_valid: bool = False) -> MutationContext | Rejected:
     """The shared context, or why the call cannot be mutated at all."""
     loaded = load_tool(tool)
     if isinstance(loaded, ValidationError):
@@ -43,16 +47,31 @@ def _context(call: Any, tool: Any, env: Any, other_tools: Iterable[Any] | None,
     name, arguments, malformed = call_arguments(call)
     if malformed is not None:
         return Rejected("malformed_call", f"the call is malformed: {malformed.message}")
-    errors = validate_with(call, loaded)
+    errors = [] if original_valid else validate_with(call, loaded)
     if errors:
         shown = "; ".join(e.message for e in errors[:3])
         return Rejected("invalid_original", f"the original call is invalid ({shown}); "
                         "negatives need a valid original")
-    others = [info for info in map(load_tool, _tool_list(other_tools, env))
-              if isinstance(info, ToolInfo) and info.name != loaded.name]
+    others = [info for info in loaded_tools(_tool_list(other_tools, env))
+              if info.name != loaded.name]
     canonical = {"name": name, "arguments": copy_json(arguments)}
     return MutationContext(canonical, loaded, walk(canonical["arguments"], loaded.schema),
                            random.Random(0), env, others)
+
+
+def loaded_tools(specs: list[Any]) -> list[ToolInfo]:
+    """The specs that load, loaded; cached by the specs' identities (specs are treated as
+    immutable once seen, as `load_tool` does)."""
+    key = tuple(map(id, specs))
+    hit = _tool_sets.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], specs)):
+        return hit[1]
+    infos = [info for info in map(load_tool, specs) if isinstance(info, ToolInfo)]
+    if len(_tool_sets) >= _MAX_TOOL_SETS:
+        for old in list(_tool_sets)[: _MAX_TOOL_SETS // 4]:
+            _tool_sets.pop(old, None)
+    _tool_sets[key] = (list(specs), infos)
+    return infos
 
 
 def _tool_list(other_tools: Iterable[Any] | None, env: Any) -> list[Any]:
@@ -99,7 +118,7 @@ def mutate_report(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *,
                   env: Any = None, other_tools: Iterable[dict[str, Any]] | None = None,
                   kinds: Sequence[str] = KINDS,
                   operators: Mapping[str, Sequence[Operator]] | None = None,
-                  max_env_checks: int = 12) -> MutationReport:
+                  max_env_checks: int = 12, original_valid: bool = False) -> MutationReport:
     """Hard negatives for a valid `call` of `tool`, one per kind in `kinds` when possible,
     and for the others the reason in `impossible`.
 
@@ -112,6 +131,10 @@ def mutate_report(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *,
         logical_error; ALL_KINDS adds wrong_function and missing_required.
     operators: replace a kind's operators ({"logical_error": [my_operator, ...]}).
     max_env_checks: candidate executions allowed per call for the outcome check.
+    original_valid: the caller vouches that `call` is valid for `tool` (it passed this
+        validator already, e.g. an environment ran it without an argument error), so it is
+        not validated again. Negatives from an invalid original prove nothing: when in
+        doubt leave it False, and an invalid call is reported as `invalid_original`.
 
     Never raises on data: whatever the call, the tool spec, the environment or the other
     tools hold, and whatever the seed (an int of any size, or any value with a `str()`),
@@ -126,7 +149,7 @@ def mutate_report(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *,
                         f"{type(operators).__name__}")
     report = MutationReport()
     try:
-        ctx = _context(call, tool, env, other_tools)
+        ctx = _context(call, tool, env, other_tools, original_valid)
         seed_text = _seed_text(seed)
     except Exception as exc:  # noqa: BLE001 - errors become data, never a crash
         ctx = Rejected("unreadable", f"cannot read the call, tool or seed: "

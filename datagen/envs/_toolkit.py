@@ -121,6 +121,9 @@ class ToolEnvironment(Environment):
     implement `values_for` to feed `alternatives`.
     """
 
+    # `step` answers with an error observation every call whose arguments the mutators'
+    # validator refuses for `tools()`: a call that ran cleanly is a valid call
+    validates_arguments: ClassVar[bool] = True
     TOOL_SPECS: ClassVar[list[dict[str, Any]]]
     TEMPLATES: ClassVar[tuple[Callable[[Any, random.Random], Draft | None], ...]]
     FALLBACK: ClassVar[Any]  # staticmethod: a template that never returns None

@@ -114,3 +114,36 @@ def test_configured_kinds_include_the_registrys_extra_ones():
     out = NegativeStage(config, run_seed=0).run(trajectories, EnvPool())
     assert {row["kind"] for row in out.rows("negatives")} == set(config.kinds)
     assert set(out.stats["produced"]) == set(config.kinds)
+
+
+class UnvouchedPool(EnvPool):
+    """Built-in environments that do not declare `validates_arguments`: the stage then has
+    every original validated again by the mutators."""
+
+    def get(self, name: str):
+        env = super().get(name)
+        if env.validates_arguments:
+            env.__class__ = type(f"Unvouched{type(env).__name__}", (type(env),),
+                                 {"validates_arguments": False})
+        return env
+
+
+def test_skipping_the_validation_of_clean_calls_changes_no_row():
+    # the built-ins vouch for calls they ran without an error; validating them anyway (an
+    # environment that does not vouch) must give exactly the same rows
+    trajectories = oracle_trajectories(30)
+    vouched = NegativeStage(NegativesConfig(), run_seed=3).run(trajectories, EnvPool())
+    checked = NegativeStage(NegativesConfig(), run_seed=3).run(trajectories, UnvouchedPool())
+    assert vouched.rows("negatives") and vouched.stats == checked.stats
+    assert vouched.rows("negatives") == checked.rows("negatives")
+
+
+def test_an_environment_that_does_not_vouch_gets_its_calls_validated():
+    import copy
+
+    traj = copy.deepcopy(next(t for t in oracle_trajectories(10) if t.success))
+    step = next(s for s in traj.steps if s.call is not None)
+    step.call.arguments["not_a_parameter"] = 1  # invalid, yet its observation is clean
+    assert step.observation.error is None
+    batch = NegativeStage(NegativesConfig(), run_seed=0).run([traj], UnvouchedPool())
+    assert batch.stats["impossible_why"][f"{NegativesConfig().kinds[0]}: invalid_original"] >= 1

@@ -72,3 +72,46 @@ def test_free_form_object_is_not_closed():
 def test_tool_without_parameters_gets_an_invented_key():
     negative, _ = hallucinated({"name": "ping", "arguments": {}}, {"name": "ping"})
     assert negative.subkind == "invented"
+
+
+def borrowed_negatives(tools, seeds=range(40)):
+    """(seed, borrowed Negative) of GET_CUSTOMER's call over `seeds`."""
+    found = []
+    for seed in seeds:
+        negative = mutate_report(CALL, GET_CUSTOMER, seed, kinds=["hallucinated_key"],
+                                 other_tools=tools).get("hallucinated_key")
+        if negative.subkind == "borrowed":
+            found.append((seed, negative))
+    return found
+
+
+def as_dicts(found):
+    return [(seed, negative.to_dict()) for seed, negative in found]
+
+
+TAGGER = function_tool("tag_customer", {"labels": {"type": "array", "items": {"type": "string"}}})
+
+
+def test_borrowed_keys_kept_per_tool_set_give_what_fresh_specs_give():
+    # the borrowable keys are kept per set of other tools; specs never seen before (deep
+    # copies) rebuild them: the same seeds must give the same negatives either way, enum
+    # values still drawn per call (`priority`), fixed ones (`labels`) never shared
+    import copy
+
+    tools = [*CRM_TOOLS, TAGGER]
+    first = borrowed_negatives(tools)
+    assert {n.mutated for _, n in first} >= {"priority", "labels"}
+    for _, negative in first:
+        value = negative.call["arguments"][negative.mutated]
+        if isinstance(value, list):
+            value.append("edited by a consumer")
+    assert as_dicts(borrowed_negatives(tools)) == as_dicts(borrowed_negatives(
+        copy.deepcopy(tools)))
+    assert all(n.call["arguments"]["labels"] == ["example"]
+               for _, n in borrowed_negatives(tools) if n.mutated == "labels")
+
+
+def test_borrowed_keys_follow_a_changed_tool_set():
+    extra = function_tool("archive", {"archive_reason": {"type": "string"}})
+    assert "archive_reason" in {n.mutated for _, n in borrowed_negatives([*CRM_TOOLS, extra])}
+    assert "archive_reason" not in {n.mutated for _, n in borrowed_negatives(CRM_TOOLS)}

@@ -8,7 +8,7 @@ import copy
 from mutators import mutate, mutate_report, validate
 from tests.mutators.fake_crm_env import (CREATE_TICKET, CRM_TOOLS, GET_CUSTOMER, LIST_TICKETS,
                                          BrokenHooksEnv, ExplodingEnv, FakeCrmEnvForTests,
-                                         NondeterministicEnv, OpaqueStateEnv)
+                                         FakeObservation, NondeterministicEnv, OpaqueStateEnv)
 
 GET = {"name": "get_customer", "arguments": {"customer_id": "C-1001"}}
 
@@ -120,3 +120,43 @@ def test_an_env_that_cannot_execute_still_gives_wrong_entities():
                              kinds=["logical_error"]).get("logical_error")
     assert (negative.subkind, negative.mutated, negative.outcome_changed) == (
         "wrong_entity", "C-1002", None)
+
+
+class OnceCheckedCrmEnv(FakeCrmEnvForTests):
+    """A class of its own, so the determinism verdict below is its first."""
+
+
+def test_determinism_is_checked_once_per_environment_class_and_tool():
+    # the first probe of a tool runs the original twice (determinism), later ones once
+    env = OnceCheckedCrmEnv()
+    steps, negatives = [], []
+    for _ in range(3):
+        before = env.calls["step"]
+        negatives.append(mutate_report(GET, GET_CUSTOMER, 7, env=env,
+                                       kinds=["logical_error"]).get("logical_error"))
+        steps.append(env.calls["step"] - before)
+    assert steps[0] == steps[1] + 1 and steps[1] == steps[2]
+    # the baseline of one run proves the same: the same negative, executed, outcome changed
+    assert all(n.outcome_changed is True for n in negatives)
+    assert [n.to_dict() for n in negatives[1:]] == [negatives[0].to_dict()] * 2
+    assert OnceCheckedCrmEnv().step(negatives[0].call).content != env.step(GET).content
+
+
+class ClockOnListEnv(FakeCrmEnvForTests):
+    """Deterministic but for one tool, whose answer carries a clock."""
+
+    def step(self, call: dict) -> FakeObservation:
+        obs = super().step(call)
+        if call.get("name") != "list_tickets":
+            return obs
+        return FakeObservation(f"{obs.content} at t={self.calls['step']}", obs.error)
+
+
+def test_a_tool_found_deterministic_vouches_for_no_other_tool():
+    env = ClockOnListEnv()
+    assert mutate_report(GET, GET_CUSTOMER, env=env,
+                         kinds=["logical_error"]).get("logical_error").outcome_changed is True
+    listing = {"name": "list_tickets", "arguments": {"customer_id": "C-1002"}}
+    for seed in range(3):  # and a nondeterministic tool is checked again on every call
+        report = mutate_report(listing, LIST_TICKETS, seed, env=env, kinds=["logical_error"])
+        assert "not deterministic" in report.impossible["logical_error"].detail

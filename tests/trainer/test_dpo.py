@@ -1,10 +1,12 @@
 """The DPO recipe's pieces on real pipeline pairs: one step through the modified model
 (gradient reaches the ACT embedding and the MCH, the reference stays frozen), the pair
-stream (every pair once per epoch, source filters, drops counted), and the precomputed
+stream (every pair once per epoch, source filters, drops counted, a shard's sources
+mixed before pooling), and the precomputed
 reference (a Ray Data pass; the same loss as the frozen copy; reused when complete)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -21,8 +23,9 @@ from trainer.model import AgentQwen2Config, AgentQwen2ForCausalLM
 from trainer.model.split_embedding import act_mode_from_spans
 from trainer.pair_batches import Pairs
 from trainer.pair_collate import pair_tensors
-from trainer.readers.preferences import build_pair_dataset, training_pair_batches
-from trainer.recipes.dpo import dpo_step, pair_settings
+from trainer.readers.preferences import (build_pair_dataset, shuffled_pairs,
+                                         training_pair_batches)
+from trainer.recipes.dpo import check_start, dpo_step, pair_settings
 from trainer.reference import (COMPLETE, build_reference, precompute_reference,
                                preference_settings, reference_logps)
 from trainer.tokens import load_tokenizer, special_ids
@@ -58,7 +61,9 @@ def _config(out, tokenizer_dir, start, *extra):
     return load_config(ROOT / "configs" / "dpo_tiny.yaml", [
         f"run_dir={out}/run", f"shards={out}", f"tokenizer={tokenizer_dir}",
         f"model.init_from={start}", "model.use_landmark=false", "data.max_seq_len=2048",
-        "dpo.batch_size=3", "dpo.bucket_pool_batches=4", *extra])
+        "dpo.batch_size=3", "dpo.bucket_pool_batches=4",
+        # the shipped tiny recipe trains repair + safety pairs with RPO; these tests cover all
+        "dpo.sources=[negative, repair, safety]", "dpo.rpo_alpha=0", *extra])
 
 
 def _pool(out, rows=64):
@@ -129,6 +134,30 @@ def test_the_pair_stream_holds_every_pair_once_and_counts_drops(ray_head, pipeli
     assert len(seen) + dropped == wanted.num_rows and dropped > 0  # 1024 tokens drops some
 
 
+def test_pools_mix_the_whole_shard_not_its_first_rows(pipeline_out, trainer_tokenizer, tmp_path):
+    """A shard holds its negatives first and its repair and safety pairs last: before the
+    shuffle, a run's first pools were negatives of one trajectory only."""
+    shard = sorted((pipeline_out / "preferences").glob("part-*.parquet"))[0]
+    table = pq.read_table(shard)
+    sources = table.column("source").to_pylist()
+    first_other = next(i for i, source in enumerate(sources) if source != "negative")
+    settings = pair_settings(_config(pipeline_out, trainer_tokenizer, tmp_path), None)
+    assert first_other >= settings.pairs_per_batch * settings.bucket_pool_batches  # the layout
+    shuffled = shuffled_pairs(table, settings)
+    pool = shuffled.slice(0, settings.pairs_per_batch * settings.bucket_pool_batches)
+    assert set(pool.column("source").to_pylist()) > {"negative"}
+    assert len(set(pool.column("trajectory_id").to_pylist())) > 1
+    assert sorted(shuffled.column("id").to_pylist()) == sorted(table.column("id").to_pylist())
+    again = shuffled_pairs(table, settings)  # same seed, same order (resume)
+    assert again.column("id").to_pylist() == shuffled.column("id").to_pylist()
+    other = shuffled_pairs(table, pair_settings(_config(pipeline_out, trainer_tokenizer,
+                                                        tmp_path, "run.seed=1"), None))
+    assert other.column("id").to_pylist() != shuffled.column("id").to_pylist()
+    only = shuffled_pairs(table, pair_settings(_config(
+        pipeline_out, trainer_tokenizer, tmp_path, "dpo.sources=[safety]"), None))
+    assert set(only.column("source").to_pylist()) == {"safety"}
+
+
 def test_precomputed_reference_gives_the_frozen_copys_loss(ray_head, pipeline_out,
                                                           trainer_tokenizer, tmp_path):
     out = tmp_path / "out"
@@ -166,3 +195,24 @@ def test_precomputed_reference_gives_the_frozen_copys_loss(ray_head, pipeline_ou
     from trainer.reference import reference_dir, reference_key
 
     assert reference_dir(other, reference_key(other)) != directory  # another key, another dir
+
+
+def test_a_model_section_unlike_the_start_checkpoint_is_refused(tmp_path):
+    start = tmp_path / "sad"
+    start.mkdir()
+    saved = {"model_type": "agent_qwen2", "split_embeddings": True, "use_landmark": False,
+             "landmark_block_size": 64, "use_mch": True}
+    (start / "config.json").write_text(json.dumps(saved))
+
+    def config(*extra):
+        return load_config(ROOT / "configs" / "dpo_tiny.yaml",
+                           [f"model.init_from={start}", f"shards={tmp_path}", *extra])
+
+    check_start(config())  # the shipped config matches a tiny SAD run
+    check_start(config("model.landmark_block_size=32"))  # unused with landmark off
+    with pytest.raises(ValueError, match=r"model.use_landmark=True but the checkpoint has False"):
+        check_start(config("model.use_landmark=true"))
+    with pytest.raises(ValueError, match=r"model.use_mch=False"):
+        check_start(config("model.use_mch=false"))
+    (start / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    check_start(config("model.use_landmark=true"))  # a plain Qwen2 start takes any

@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIRST_STEPS, RESUMED_STEPS = 3, 5
 SMALL = ["run.progress=false", "model.use_landmark=false", "data.max_seq_len=1536",
          "optim.warmup_steps=2", "optim.lr=3e-3"]
+# the shipped tiny recipe trains repair + safety pairs with RPO; these tests cover every source
+ALL_SOURCES = ["dpo.sources=[negative, repair, safety]", "dpo.rpo_alpha=0"]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,7 @@ def _dpo_config(run_dir, sad_run, pipeline_out, trainer_tokenizer, max_steps, *e
     return load_config(ROOT / "configs" / "dpo_tiny.yaml", [
         f"run_dir={run_dir}", f"shards={pipeline_out}", f"tokenizer={trainer_tokenizer}",
         f"model.init_from={sad_run}", f"run.max_steps={max_steps}", "run.save_every=1",
-        "dpo.batch_size=2", "dpo.bucket_pool_batches=4", *SMALL, *extra])
+        "dpo.batch_size=2", "dpo.bucket_pool_batches=4", *SMALL, *ALL_SOURCES, *extra])
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ Tokenising a pair follows TRL: the prompt alone and prompt + each completion are
 and the completion starts where their tokens diverge (the chat markers are special tokens,
 so this is the prompt's end in practice). A pair longer than `max_seq_len` (prompt + either
 completion) is dropped, not cut (a cut prompt loses the system turn and tools, a cut
-completion its call), and counted; so is a pair with an empty completion.
+completion its call), and counted; so is a pair with an empty completion. The DPO feed
+shuffles each block's rows (seeded) before pooling them (`shuffled_pairs`).
 """
 
 from __future__ import annotations
@@ -139,17 +140,59 @@ def pair_table(table: pa.Table, settings: PairSettings) -> pa.Table:
     return tokenize_pairs(selected(table, settings.sources), tokenizer, settings.max_seq_len).table
 
 
-def training_pair_batches(table: pa.Table, settings: PairSettings) -> pa.Table:
-    """Ray Data stage of the DPO feed: a pool of preference rows -> its micro-batches."""
-    tokenizer = tokens.load_tokenizer(settings.tokenizer)
-    tokenised = tokenize_pairs(selected(table, settings.sources), tokenizer, settings.max_seq_len)
+def shuffled_pairs(table: pa.Table, settings: PairSettings) -> pa.Table:
+    """A block's rows of the trained sources, in a seeded random order (before pooling). A
+    shard stores a trajectory's pairs together and the negatives stage's pairs before the
+    critics stage's (repairs, safety: ~7% of the demo's pairs, in the shard's last rows), so
+    pools cut from it in order held one trajectory's negatives, and a short run saw no
+    repair or safety pair at all. The order depends on the seed and the block's first id,
+    so a resumed run sees the same stream."""
+    table = selected(table, settings.sources)
+    if table.num_rows < 2:
+        return table
+    key = zlib.crc32(f"{settings.seed}|{table.column('id')[0].as_py()}|{table.num_rows}".encode())
+    order = np.random.default_rng(key).permutation(table.num_rows)
+    return table.take(pa.array(order, pa.int64()))
+
+
+def _pool_pairs(pool: pa.Table, tokenizer: tokens.TextTokenizer, settings: PairSettings,
+                ) -> TokenisedPairs:
+    tokenised = tokenize_pairs(pool, tokenizer, settings.max_seq_len)
     pairs = tokenised.table
     if settings.reference_dir is not None and pairs.num_rows:
         pairs = attach_reference(pairs, settings.reference_dir)
     if "path" in pairs.column_names:
         pairs = pairs.drop_columns(["path"])
-    return pair_batches.compose_pairs(pairs, settings.pairs_per_batch, settings.seed,
-                                      tokenised.too_long, tokenised.empty)
+    return TokenisedPairs(pairs, tokenised.too_long, tokenised.empty)
+
+
+def training_pair_batches(table: pa.Table, settings: PairSettings) -> pa.Table:
+    """Ray Data stage of the DPO feed: a block of preference rows -> its micro-batches.
+    The block's rows are shuffled (`shuffled_pairs`), cut into pools of
+    `pairs_per_batch * bucket_pool_batches` rows, and each pool length-bucketed into
+    micro-batches. A pool whose pairs are all dropped has no batch to carry its counts:
+    they go to the batches of a neighbouring pool of the block, so every drop is counted
+    (unless no pair of the whole block fits)."""
+    tokenizer = tokens.load_tokenizer(settings.tokenizer)
+    table = shuffled_pairs(table, settings)
+    size = settings.pairs_per_batch * settings.bucket_pool_batches
+    pools: list[TokenisedPairs] = []
+    carried = (0, 0)
+    for start in range(0, table.num_rows, size):
+        pool = _pool_pairs(table.slice(start, size), tokenizer, settings)
+        pool.too_long, pool.empty = pool.too_long + carried[0], pool.empty + carried[1]
+        if pool.table.num_rows:
+            pools.append(pool)
+            carried = (0, 0)
+        elif pools:
+            pools[-1].too_long, pools[-1].empty = (pools[-1].too_long + pool.too_long,
+                                                   pools[-1].empty + pool.empty)
+        else:
+            carried = (pool.too_long, pool.empty)
+    batches = [pair_batches.compose_pairs(pool.table, settings.pairs_per_batch, settings.seed,
+                                          pool.too_long, pool.empty) for pool in pools]
+    return pa.concat_tables(batches) if batches else pair_batches.compose_pairs(
+        pair_batches.PAIR_SCHEMA.empty_table(), settings.pairs_per_batch, settings.seed)
 
 
 def preference_files(shards: str | Path) -> list[str]:
@@ -194,8 +237,7 @@ def build_pair_dataset(settings: PairSettings) -> tuple[Any, dict[str, Any]]:
     dataset = dataset.select_columns(list(PREFERENCE_COLUMNS) + (["path"] if with_paths else []))
     dataset = dataset.randomize_block_order(seed=settings.seed)
     dataset = dataset.map_batches(training_pair_batches, fn_kwargs={"settings": settings},
-                                  batch_format="pyarrow",
-                                  batch_size=settings.pairs_per_batch * settings.bucket_pool_batches)
+                                  batch_format="pyarrow", batch_size=None)  # a whole block
     info = {"preference_shards": len(files), "pairs_per_source": chosen,
             "reference": "precomputed" if with_paths else "model",
             "reference_dir": settings.reference_dir}

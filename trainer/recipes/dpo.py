@@ -27,7 +27,9 @@ margins, accuracy, overall and per source) on rank 0; checkpoints and resume as 
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -61,8 +63,34 @@ def pair_settings(cfg: TrainConfig, reference_dir: str | None) -> PairSettings:
                         reference_dir=reference_dir)
 
 
+# Modifications a DPO run must share with the checkpoint it starts from (the model section
+# overrides the checkpoint's, so a mismatch would train another architecture than the one
+# SAD trained and `trainer eval` scores as the "before")
+START_FIELDS = ("split_embeddings", "use_landmark", "landmark_block_size", "use_mch")
+
+
+def check_start(cfg: TrainConfig) -> None:
+    """Refuse, before any work, a `model` section that differs from the starting
+    checkpoint's modifications (a plain Qwen2 start, without them, is not checked)."""
+    if not cfg.model.init_from:
+        return
+    path = Path(cfg.model.init_from) / "config.json"
+    if not path.is_file():
+        return
+    saved = json.loads(path.read_text())
+    if saved.get("model_type") != "agent_qwen2":
+        return
+    fields = [f for f in START_FIELDS if f != "landmark_block_size" or cfg.model.use_landmark]
+    differ = [f"model.{f}={getattr(cfg.model, f)!r} but the checkpoint has {saved.get(f)!r}"
+              for f in fields if f in saved and saved[f] != getattr(cfg.model, f)]
+    if differ:
+        raise ValueError(f"model.init_from {cfg.model.init_from}: {'; '.join(differ)} (set the "
+                         f"model section as the SAD run's)")
+
+
 def build_dataset(cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
     """The pair stream; with a precomputed reference, the reference pass runs first."""
+    check_start(cfg)
     reference_dir = None
     if cfg.dpo.reference == "precomputed":
         reference_dir = precompute_reference(cfg, pair_settings(cfg, None))

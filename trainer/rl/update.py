@@ -11,6 +11,7 @@ from typing import Any, Callable
 import torch
 
 from trainer.config import PPOConfig
+from trainer.engines import world_size
 from trainer.rl.advantages import gae, group_advantages, masked_mean, whiten
 from trainer.rl.batches import RolloutBatch
 from trainer.rl.losses import clipped_surrogate, clipped_value_loss, kl_penalty
@@ -110,6 +111,8 @@ def update(engine: Any, batch: RolloutBatch, scored: Scored, ppo: PPOConfig,
         # usable), so every DDP rank takes the same number of optimizer steps.
         for index in torch.randperm(len(batch), generator=generator).tensor_split(minibatches):
             empty = len(index) == 0
+            if empty and world_size() == 1:
+                continue  # alone: no collective to keep in step, and Adam's momentum would move
             index = torch.zeros(1, dtype=torch.long) if empty else index
             tensors = batch.select(index)
             cols = tensors["input_ids"].shape[1]

@@ -23,7 +23,7 @@ from datagen.pipeline.stages.base import (Stage, StageBatch, StageContext, Stage
 from datagen.pipeline.stages.tables import NEGATIVES, PREFERENCES, preferences_table
 from datagen.preferences import TrajectoryView, negative_preference, prompt_by_reference
 from datagen.teachers import EnvPool
-from datagen.types import ToolCall, Trajectory, stable_seed
+from datagen.types import Step, ToolCall, Trajectory, stable_seed
 
 if TYPE_CHECKING:
     from datagen.pipeline.inspect import DatasetView
@@ -45,6 +45,13 @@ def negative_row(traj: Trajectory, step: int, call: ToolCall, negative: Negative
         "errors": list(negative.errors), "schema_valid": negative.schema_valid,
         "outcome_changed": negative.outcome_changed, "description": negative.description,
     }
+
+
+def ran_cleanly(step: Step) -> bool:
+    """The environment ran the call without an error. In an environment that
+    `validates_arguments` (the built-ins: `datagen.envs._arguments`, the mutators' own
+    validator) its arguments passed, so the mutators need not validate the original again."""
+    return step.error is None and step.observation is not None and step.observation.error is None
 
 
 @register_stage
@@ -87,6 +94,7 @@ class NegativeStage(Stage):
         env.reset(traj.task)
         view = TrajectoryView(traj)
         tools = {tool["function"]["name"]: tool for tool in traj.tools}
+        vouched = getattr(env, "validates_arguments", False) is True
         for index, step in enumerate(traj.steps):
             if step.call is None:
                 continue
@@ -94,7 +102,8 @@ class NegativeStage(Stage):
                                         seed=stable_seed(self.run_seed, traj.id, index),
                                         env=env if self.config.execute else None,
                                         other_tools=traj.tools, kinds=self.config.kinds,
-                                        max_env_checks=self.config.max_env_checks)
+                                        max_env_checks=self.config.max_env_checks,
+                                        original_valid=vouched and ran_cleanly(step))
             original = _json(step.call.as_dict()) if report.negatives else None
             for negative in report.negatives:
                 batch.count("produced", negative.kind)

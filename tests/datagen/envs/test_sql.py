@@ -155,6 +155,24 @@ def test_table_valued_pragma_then_reset_does_not_crash(env):
         assert run(env, f"SELECT name FROM pragma_table_info('{table}')").error is None
 
 
+def test_restore_brings_back_each_snapshot_exactly(env):
+    # the scratch connection keeps the last image: restoring it again, then another image,
+    # then the first once more must each give that image's rows, whatever ran in between
+    task = task_of(env, "entity_total")
+    env.reset(task)
+    table = task.gold[1].call.arguments["table"]
+    dump = f"SELECT * FROM {table} ORDER BY 1"
+    full, full_rows = env.snapshot(), run(env, dump).content
+    assert run(env, f"DELETE FROM {table} WHERE rowid % 2 = 0", "execute").error is None
+    half, half_rows = env.snapshot(), run(env, dump).content
+    assert half_rows != full_rows
+    for image, rows in ((full, full_rows), (full, full_rows), (half, half_rows),
+                        (full, full_rows), (bytes(half), half_rows)):
+        run(env, f"DELETE FROM {table} WHERE 1 = 1", "execute")
+        env.restore(image)
+        assert run(env, dump).content == rows
+
+
 def test_drop_table_exists_but_the_next_task_gets_fresh_tables(env):
     task = task_of(env, "entity_total")
     env.reset(task)
