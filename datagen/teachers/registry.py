@@ -65,8 +65,8 @@ def backend_spec(name: str) -> BackendSpec:
     spec = _BACKENDS.get(name)
     if spec is None:
         raise ValueError(f"unknown teacher backend {name!r}; registered: "
-                         f"{', '.join(registered_backends())} (a backend of another package "
-                         f"is registered when that package's module is imported, e.g. "
+                         f"{', '.join(map(repr, registered_backends()))} (a backend of another "
+                         f"package is registered when that package's module is imported, e.g. "
                          f"'policy' by trainer.agent_backend)")
     return spec
 

@@ -48,7 +48,7 @@ def test_a_registered_backend_is_configured_and_played(scratch_registry):
 
 
 def test_config_names_the_registered_backends_and_the_section(scratch_registry):
-    with pytest.raises(ValueError, match="unknown teacher backend 'answer'; registered: oracle"):
+    with pytest.raises(ValueError, match="unknown teacher backend 'answer'; registered: 'oracle'"):
         TeacherConfig(backend="answer")
     registry.register_backend("answer_hf", _answer_teacher, section="hf")
     with pytest.raises(ValueError, match="teacher.hf is required when teacher.backend is "

@@ -22,7 +22,7 @@ from datagen.teachers.vllm_engine import topk_of
 @pytest.mark.parametrize("overrides, expected", [
     ({"teacher.backend": "hf"}, "teacher: teacher.hf is required when teacher.backend is 'hf'"),
     ({"teacher.backend": "gpt"}, "teacher.backend: unknown teacher backend 'gpt'; registered: "
-                                 "oracle, hf, openai, vllm"),
+                                 "'oracle', 'hf', 'openai', 'vllm'"),
     ({"teacher.backend": "oracle", "teacher.vllm.model": "m"},
      "teacher.vllm is set but teacher.backend is 'oracle'"),
     ({"teacher.backend": "openai", "teacher.openai.base_url": "http://x/v1",
