@@ -21,13 +21,32 @@ def chat_template() -> str:
     return TEMPLATE_PATH.read_text()
 
 
-def build_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 2000, out_dir: str | Path | None = None):
-    """Train a byte-level BPE on `texts`; save to `out_dir` when given. Returns the tokenizer."""
+PRETOKENIZERS = ("words", "lines")
+
+
+def _pre_tokenizer(name: str):
+    """`words`: GPT-2's regex (as Qwen2.5): merges stop at spaces and punctuation. `lines`:
+    only newlines (each a token of its own) are boundaries (scripts/build_tokenizer.py)."""
+    from tokenizers import Regex, pre_tokenizers
+
+    if name == "words":
+        return pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if name == "lines":
+        return pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    raise ValueError(f"unknown pre-tokenizer {name!r}; allowed: {', '.join(PRETOKENIZERS)}")
+
+
+def build_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 2000,
+                        out_dir: str | Path | None = None, pretokenizer: str = "words"):
+    """Train a byte-level BPE on `texts` (merges bounded as `pretokenizer` says); save to
+    `out_dir` when given. Returns the tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.pre_tokenizer = _pre_tokenizer(pretokenizer)
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size,
                                   special_tokens=QWEN_SPECIAL_TOKENS + TOOL_TOKENS,

@@ -32,8 +32,7 @@ import pyarrow.dataset as pads
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 
-from datagen.tokenizer import (QWEN_SPECIAL_TOKENS, TOOL_TOKENS, build_bpe_tokenizer,  # noqa: E402
-                               chat_template)
+from datagen.tokenizer import PRETOKENIZERS, build_bpe_tokenizer  # noqa: E402
 
 
 def shard_texts(shards: str | Path, max_texts: int | None = None) -> list[str]:
@@ -50,29 +49,6 @@ def shard_texts(shards: str | Path, max_texts: int | None = None) -> list[str]:
     return texts
 
 
-def build_line_bpe_tokenizer(texts: list[str], vocab_size: int, out_dir: str | Path):
-    """A byte-level BPE whose merges may cross spaces and punctuation but not newlines
-    (see the module docstring); the same special tokens and template as the `words` one."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size,
-                                  special_tokens=QWEN_SPECIAL_TOKENS + TOOL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    core.train_from_iterator(texts, trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>",
-                                        pad_token="<|endoftext|>", unk_token=None)
-    tokenizer.chat_template = chat_template()
-    tokenizer.save_pretrained(str(out_dir))
-    return tokenizer
-
-
-BUILDERS = {"words": build_bpe_tokenizer, "lines": build_line_bpe_tokenizer}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", required=True, help="trajectories dir, OUT root or file")
     parser.add_argument("--out", required=True, help="tokenizer directory to write")
     parser.add_argument("--vocab-size", type=int, default=4000)
-    parser.add_argument("--pretokenizer", choices=sorted(BUILDERS), default="words",
+    parser.add_argument("--pretokenizer", choices=PRETOKENIZERS, default="words",
                         help="words: merges stop at spaces and punctuation (GPT-2 regex); "
                              "lines: only at newlines (much shorter sequences; see above)")
     parser.add_argument("--max-texts", type=int, default=None,
@@ -91,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     if not texts:
         print(f"no text found under {args.shards}", file=sys.stderr)
         return 1
-    tokenizer = BUILDERS[args.pretokenizer](texts, vocab_size=args.vocab_size, out_dir=args.out)
+    tokenizer = build_bpe_tokenizer(texts, vocab_size=args.vocab_size, out_dir=args.out,
+                                    pretokenizer=args.pretokenizer)
     print(f"tokenizer with {len(tokenizer)} tokens from {len(texts)} trajectories "
           f"-> {args.out} ({time.perf_counter() - started:.1f}s)")
     return 0

@@ -30,7 +30,6 @@ the --smoke version.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import random
@@ -46,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from datagen.tokenizer import build_bpe_tokenizer  # noqa: E402
 from trainer.config import OptimConfig  # noqa: E402
 from trainer.engines import DDPEngine  # noqa: E402
 from trainer.losses import LossSettings, TeacherSignal, make_loss_fn  # noqa: E402
@@ -92,10 +92,7 @@ def heldout(count: int, training_instructions: set[str]) -> list:
 
 
 def build_tokenizer(texts: list[str], directory: Path) -> Path:
-    spec = importlib.util.spec_from_file_location("build_tokenizer", ROOT / "scripts" / "build_tokenizer.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.build_line_bpe_tokenizer(texts, 8000, directory)
+    build_bpe_tokenizer(texts, 8000, directory, pretokenizer="lines")
     return directory
 
 
