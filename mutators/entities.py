@@ -12,9 +12,10 @@ length never becomes a weight. The replacement keeps the original's letter case.
 Short codes are ambiguous across classes ("KO" is Korean and Coca-Cola's ticker, "DE"
 German and Germany): a value of three characters or fewer is matched only when the
 argument's name names its class (`lang`, `currency`, `unit`, ...), and never by the name
-alone ("DE" under `country` could become "Germany", the same country). A replacement that
-contains the value or is contained in it ("Lakers" / "Los Angeles Lakers", "Berlin" /
-"Berlin, Germany") may name the same thing and is not offered.
+alone ("DE" under `country` could become "Germany", the same country). Classes of common
+words ("requests", "express" are also packages) are matched only under such a name, whatever
+the length. A replacement that contains the value or is contained in it ("Lakers" / "Los
+Angeles Lakers", "Berlin" / "Berlin, Germany") may name the same thing and is not offered.
 """
 
 from __future__ import annotations
@@ -60,6 +61,24 @@ _CLASSES: dict[str, tuple[str, ...]] = {
     "level": ("low", "medium", "high"),
     "planet": ("Mercury", "Venus", "Earth", "Mars", "Jupiter", "Saturn", "Uranus",
                "Neptune"),
+    "airport_icao": ("KJFK", "KLAX", "KORD", "KSFO", "KATL", "KSEA", "KBOS", "EGLL", "EGKK",
+                     "LFPG", "EDDF", "EDDM", "EHAM", "LEMD", "LEBL", "LIRF", "LSZH", "RJTT",
+                     "RKSI", "OMDB", "WSSS", "VHHH", "ZBAA", "YSSY", "CYYZ", "SBGR"),
+    "airport_iata": ("JFK", "LAX", "ORD", "SFO", "ATL", "SEA", "BOS", "LHR", "LGW", "CDG",
+                     "FRA", "MUC", "AMS", "MAD", "BCN", "FCO", "ZRH", "HND", "NRT", "ICN",
+                     "DXB", "SIN", "HKG", "PEK", "SYD", "YYZ", "GRU", "DEL", "BOM"),
+    # nicknames that are also common words ("Heat", "Magic", "Jazz") are left out
+    "basketball_team": ("Lakers", "Celtics", "Warriors", "Bulls", "Knicks", "Spurs",
+                        "Mavericks", "Nuggets", "Bucks", "Raptors", "Clippers", "Rockets",
+                        "Los Angeles Lakers", "Boston Celtics", "Golden State Warriors",
+                        "Chicago Bulls", "New York Knicks", "San Antonio Spurs",
+                        "Dallas Mavericks", "Denver Nuggets", "Milwaukee Bucks"),
+    "drug": ("warfarin", "aspirin", "ibuprofen", "acetaminophen", "paracetamol", "metformin",
+             "lisinopril", "atorvastatin", "simvastatin", "sertraline", "fluoxetine",
+             "tramadol", "amoxicillin", "omeprazole", "prednisone", "insulin"),
+    "software_package": ("numpy", "pandas", "requests", "scipy", "flask", "django",
+                         "matplotlib", "pytest", "torch", "tensorflow", "react", "express",
+                         "lodash", "axios"),
 }
 # Words in an argument's name that confirm a short code's class ("en" under `lang`).
 _TOPICS: dict[str, tuple[str, ...]] = {
@@ -67,7 +86,12 @@ _TOPICS: dict[str, tuple[str, ...]] = {
     "unit_length": ("unit",), "unit_mass": ("unit",), "unit_time": ("unit",),
     "order": ("order", "sort", "direction"), "country": ("country",),
     "country_code": ("country", "region", "market"),
+    "airport_iata": ("airport", "iata", "origin", "dest", "depart", "arriv"),
+    "software_package": ("package", "pkg", "module", "librar", "dependenc", "name"),
 }
+# Classes whose members are also common words elsewhere ("requests", "express"): matched only
+# when the argument's name names the class, whatever the value's length.
+_KEYED_ONLY = frozenset({"software_package"})
 SHORT_CODE = 3
 _SEPARATORS = re.compile(r"[,\-_/]")
 # Classes whose members may replace any value of an argument with that word in its name.
@@ -79,7 +103,8 @@ _ALIASES = ({"ascending", "asc"}, {"descending", "desc"}, {"usa", "united states
             {"us", "united states of america", "america"} | {"usa", "united states"},
             {"m", "meters"}, {"km", "kilometers"},
             {"mi", "miles"}, {"ft", "feet"}, {"in", "inches"}, {"cm", "centimeters"},
-            {"g", "grams"}, {"kg", "kilograms"}, {"lb", "lbs", "pounds"}, {"oz", "ounces"})
+            {"g", "grams"}, {"kg", "kilograms"}, {"lb", "lbs", "pounds"}, {"oz", "ounces"},
+            {"acetaminophen", "paracetamol"})
 
 
 def _fold(text: str) -> str:
@@ -113,8 +138,9 @@ def overlaps(first: str, second: str) -> bool:
 
 
 def _short_ok(value: str, name: str, key: str) -> bool:
-    """A short code belongs to class `name` only when the argument's name says so."""
-    if len(value.strip()) > SHORT_CODE:
+    """A short code (or a member of a class of common words) belongs to class `name` only
+    when the argument's name says so."""
+    if len(value.strip()) > SHORT_CODE and name not in _KEYED_ONLY:
         return True
     lower = key.lower()
     return any(topic in lower for topic in _TOPICS.get(name, ()))

@@ -53,6 +53,10 @@ _VALUE_FIRST = (
                rf"{_OMITTED})", re.IGNORECASE),
     re.compile(rf"\bif\s+{_OMITTED}\s*,?\s*{_QUOTED}\s+is\s+used", re.IGNORECASE),
 )
+# "default minor": a bare word after "default" is read only when it is one of the values the
+# schema's enum or the description lists, which makes it surely a value, not a phrase
+# ("default behaviour").
+_DEFAULT_MEMBER = re.compile(rf"\bdefault\s+{_BARE}", re.IGNORECASE)
 _WORD_FILLERS = {"the", "a", "an", "current", "all", "any", "each", "this", "that", "its",
                  "their", "your", "whatever", "same", "empty", "value", "provided", "given",
                  "specified"}
@@ -107,11 +111,26 @@ def _typed(raw: str, quoted: bool, node: Node) -> Any:
     return raw
 
 
+def _listed_default(text: str, node: Node) -> tuple | None:
+    """"default minor" where 'minor' is a member of the enum or of the listed values."""
+    members = tuple(node.enum or ()) + prose_enum(node)
+    for match in _DEFAULT_MEMBER.finditer(text):
+        word = match.group(1).rstrip(".,")
+        if _BARE_END.match(text, match.start(1) + len(word)):
+            value = _typed(word, False, node)
+            listed = next((m for m in members if same_meaning(m, value)), None)
+            if listed is not None:
+                return (listed,)
+    return None
+
+
 def _read_default(text: str, node: Node) -> tuple | None:
     match = _DEFAULT.search(text)
     if match is None:
         found = next((m for m in (p.search(text) for p in _VALUE_FIRST) if m), None)
-        return None if found is None else (_typed(_first_group(found), True, node),)
+        if found is None:
+            return _listed_default(text, node)
+        return (_typed(_first_group(found), True, node),)
     *quoted_groups, bare = match.groups()
     quoted = next((g for g in quoted_groups if g is not None), None)
     if quoted is not None:

@@ -1,0 +1,61 @@
+"""Rules that give a logical error without an environment more certain changes to pick from:
+a bare default word that is one of the listed values, and entity classes of codes, teams,
+drugs and packages (each only where the value or the argument's name says the class)."""
+
+from __future__ import annotations
+
+from mutators import mutate_report
+from mutators.entities import siblings
+from tests.mutators.fake_crm_env import function_tool
+
+
+def _logical_subkinds(call: dict, tool: dict, seeds: int = 40) -> set[tuple[str, str, str]]:
+    found = set()
+    for seed in range(seeds):
+        negative = mutate_report(call, tool, seed, kinds=["logical_error"]).get("logical_error")
+        if negative is not None:
+            found.add((negative.subkind, negative.path, repr(negative.mutated)))
+    return found
+
+
+def test_a_bare_default_word_counts_when_it_is_a_listed_value():
+    tool = function_tool("check_interaction", {
+        "drug_1": {"type": "string"}, "drug_2": {"type": "string"},
+        "severity": {"type": "string", "enum": ["minor", "moderate", "major"],
+                     "description": "Lowest severity reported; default minor."},
+        "category": {"type": "string",
+                     "description": "Category: standard, reduced, zero. Default standard."},
+        "mode": {"type": "string", "description": "Matching mode; default behaviour."},
+    }, ["drug_1", "drug_2"], additionalProperties=False)
+    call = {"name": "check_interaction", "arguments": {"drug_1": "sertraline",
+                                                       "drug_2": "tramadol"}}
+    found = _logical_subkinds(call, tool)
+    set_values = {(path, value) for subkind, path, value in found if subkind == "set_optional"}
+    assert ("arguments.severity", "'moderate'") in set_values
+    assert ("arguments.category", "'reduced'") in set_values
+    # "default behaviour" names no listed value: `mode` has no known default, so it is not set
+    assert not any(path == "arguments.mode" for path, _ in set_values)
+    # and the restated default is never a change
+    assert ("arguments.severity", "'minor'") not in set_values
+
+
+def test_codes_teams_drugs_and_packages_have_siblings_of_their_own_class():
+    assert "EGLL" in siblings("KJFK") and "JFK" not in siblings("KJFK")
+    assert siblings("JFK", "code") == []                  # three letters: only when the name
+    assert "LHR" in siblings("JFK", "origin_airport")     # says it is an airport
+    team = siblings("Lakers", "team")
+    assert "Celtics" in team and "Los Angeles Lakers" not in team   # the same team, longer
+    assert "ibuprofen" in siblings("warfarin")
+    assert "acetaminophen" not in siblings("paracetamol")           # one drug, two names
+    assert "pandas" in siblings("numpy", "package_name")
+    # "requests" is a package and a common word: only under a package-like name
+    assert siblings("requests", "metric") == [] and siblings("numpy", "query") == []
+
+
+def test_a_single_code_argument_gets_another_entity():
+    tool = function_tool("airport_info", {
+        "code": {"type": "string", "description": "IATA (3 letters) or ICAO (4 letters) code."},
+    }, ["code"], additionalProperties=False)
+    found = _logical_subkinds({"name": "airport_info", "arguments": {"code": "KJFK"}}, tool)
+    assert found and {subkind for subkind, _, _ in found} == {"other_entity"}
+    assert all(len(value.strip("'")) == 4 for _, _, value in found)
