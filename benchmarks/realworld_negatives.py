@@ -2,9 +2,12 @@
 figures on the corpus under `tests/mutators/realworld/`.
 
     .venv/bin/python benchmarks/realworld_negatives.py [--seeds 3] [--as-written-only]
-        [--only untuned] [--show 20]
+        [--only heldout] [--show 20]
 
-Prints, over every gold call of every spec (and of its two restyled variants) and every seed:
+`--only` keeps the cases whose origin contains the text: `heldout` (`specs_heldout.json`,
+written before the last round of rule changes and only measured), `untuned`, `specs_dev`.
+Prints one row per part of the corpus (tuned / untuned / heldout) and, over every gold call
+of every spec (and of its two restyled variants) and every seed:
 - false positives: gold calls the validator rejects (target 0);
 - all three kinds: calls with at least one argument that get a type_error, a
   hallucinated_key and a logical_error (target >= 97%);
@@ -25,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.mutators.realworld.corpus import load_cases, load_entries  # noqa: E402
-from tests.mutators.realworld.measure import measure  # noqa: E402
+from tests.mutators.realworld.measure import corpus_set, measure, merged  # noqa: E402
 
 TARGET_ALL_THREE = 0.97
 TARGET_WRONG = 0.005
@@ -41,13 +44,15 @@ def main() -> int:
     parser.add_argument("--as-written-only", action="store_true",
                         help="skip the two programmatic variants of each spec")
     parser.add_argument("--only", default="", help="only cases whose origin contains this "
-                        "text (e.g. 'untuned', 'specs_dev')")
+                        "text (e.g. 'heldout', 'untuned', 'specs_dev')")
     parser.add_argument("--show", type=int, default=20, help="examples of each problem shown")
     args = parser.parse_args()
 
     cases = [c for c in load_cases(variants=not args.as_written_only) if args.only in c.origin]
     started = time.process_time()
-    figures = measure(cases, seeds=range(args.seeds))
+    parts = {name: measure([c for c in cases if corpus_set(c) == name], seeds=range(args.seeds))
+             for name in ("tuned", "untuned", "heldout")}
+    figures = merged(list(parts.values()))
     seconds = time.process_time() - started
 
     specs = {(c.origin.split(" call ")[0], c.origin.rsplit("(", 1)[1]) for c in cases}
@@ -60,6 +65,12 @@ def main() -> int:
     print(f"not what their kind says: {len(figures.wrong)}/{figures.negatives} = "
           f"{figures.wrong_rate:.2%}   target <= {TARGET_WRONG:.1%}: "
           f"{_verdict(figures.wrong_rate <= TARGET_WRONG)}")
+    for name, part in parts.items():
+        if part.calls:
+            print(f"  {name:8s} calls {part.calls:5d}  false positives "
+                  f"{len(part.false_positives)}  all three {part.coverage:.2%} "
+                  f"({part.all_three}/{part.calls})  wrong {part.wrong_rate:.2%} "
+                  f"({len(part.wrong)}/{part.negatives})")
     print(f"time: {seconds:.1f} CPU-s ({figures.calls / max(seconds, 1e-9):.0f} mutate_report "
           "calls/s incl. validation and checking)")
 

@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import Any, Iterator
 
 from mutators.compile import CompiledSchema
-from mutators.entities import alias_of
+from mutators.entities import alias_of, siblings
 from mutators.introspect import accepted_types, group_policy
 from mutators.jsonvalues import json_type
 from mutators.prose import UNREADABLE, marked_cosmetic, prose_enum, same_meaning, stated_default
@@ -30,7 +30,12 @@ _INDEFINITE = frozenset({
 # on generated tokens. Changing them rarely changes the answer, so they are left alone.
 _TUNING_WORDS = frozenset({"timeout", "retries", "retry", "backoff", "poll", "polling",
                            "concurrency", "workers", "threads", "parallelism", "verbose",
-                           "verbosity", "indent", "pretty", "debug", "cache", "tokens"})
+                           "verbosity", "indent", "pretty", "debug", "cache", "tokens",
+                           "refresh"})
+# Arguments that only decide how the answer looks (markdown rendering, link previews, a
+# theme): the same message or data either way, so they are left alone like the above.
+_DISPLAY_WORDS = frozenset({"mrkdwn", "markdown", "unfurl", "preview", "previews", "theme",
+                            "highlight", "colorize", "colourize"})
 _KEY_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 MAX_TOOL_TEXT = 2000
 _SYMMETRIC = re.compile(r"distance|similarity|gcd|lcm|greatest\s+common|least\s+common|"
@@ -62,13 +67,15 @@ def readable_default(node: Node) -> tuple | None:
 
 def tunes_only(key: Any) -> bool:
     """Whether an argument's name says it tunes how the call runs (`timeout`, `max_retries`,
-    `verbose`, `max_tokens`) rather than what it asks."""
+    `verbose`, `max_tokens`) or how its answer is displayed (`mrkdwn`, `unfurl_links`) rather
+    than what it asks."""
     return type(key) is str and len(key) <= 200 and _tuning_name(key)
 
 
 @lru_cache(maxsize=4096)
 def _tuning_name(key: str) -> bool:
-    return any(word.lower() in _TUNING_WORDS for word in _KEY_WORDS.findall(key))
+    return any(word.lower() in _TUNING_WORDS or word.lower() in _DISPLAY_WORDS
+               for word in _KEY_WORDS.findall(key))
 
 
 def drop_changes_meaning(slot: Slot) -> bool:
@@ -184,10 +191,11 @@ def absent_optionals(schema: CompiledSchema, slots: list[Slot]) -> Iterator[tupl
                 return
 
 
-def non_default_values(node: Node) -> list[Any]:
+def non_default_values(node: Node, key: str = "") -> list[Any]:
     """Values for an absent optional argument that differ from its stated default: other enum
-    members (schema or prose), the other boolean, the default +-1; [] without a readable
-    default (then setting it might restate the default)."""
+    members (schema or prose), the other boolean, the default +-1, another entity of the
+    default's class ("USD" -> "EUR" under `convert`); [] without a readable default (then
+    setting it might restate the default)."""
     default = readable_default(node)
     if default is None:
         return []
@@ -202,4 +210,6 @@ def non_default_values(node: Node) -> list[Any]:
         return [not value]
     if tag in ("integer", "number") and types & {"integer", "number"}:
         return [value + 1, value - 1]
+    if tag == "string" and not types - {"string", "null"}:
+        return [s for s in siblings(value, key) if not indefinite(s)][:4]
     return []

@@ -50,7 +50,7 @@ are proposed (`certain` below; the facts stated in prose come from `prose.py`):
 - a default or member that only the context fixes ("today", "auto", "latest") is no
   definite value: not dropped to, set against, or moved to or from;
 - an argument that only tunes the call (`timeout`, `max_retries`, `verbose`, `max_tokens`)
-  is not changed, dropped or set.
+  or its display (`mrkdwn`, `unfurl_links`) is not changed, dropped or set.
 """
 
 from __future__ import annotations
@@ -292,7 +292,7 @@ def set_optional(ctx: MutationContext) -> Iterator[Candidate]:
     if not _unverified(ctx):
         return
     for slot, key, node in certain.absent_optionals(ctx.tool.schema, ctx.slots):
-        for value in certain.non_default_values(node):
+        for value in certain.non_default_values(node, key):
             parts = slot.parts + (key,)
             yield Candidate("set_optional", parts, None, value,
                             ctx.edited(lambda a, p=parts, v=value: set_at(a, p, copy_json(v))),

@@ -166,9 +166,24 @@ def _enum_tail(text: str, start: int) -> list[str]:
     words = [w for w in _BARE_ITEM.finditer(tail) if w.group().lower() not in ("or", "and")]
     if len(words) < 2 or not re.fullmatch(r"[\s:,]*", tail[: words[0].start()]):
         return []
-    if not all(_LIST_GLUE.match(tail[a.end():b.start()] or "-") for a, b in zip(words, words[1:])):
+    glued = [bool(_LIST_GLUE.match(tail[a.end():b.start()] or "-"))
+             for a, b in zip(words, words[1:])]
+    if all(glued):
+        return [w.group() for w in words]
+    return _closed_run(tail, words, glued.index(False) + 1)
+
+
+def _closed_run(tail: str, words: list[re.Match], count: int) -> list[str]:
+    """The first `count` words when they are a list the sentence then goes on about
+    ("standard, metric and imperial units are available"): three or more, closed by 'and' /
+    'or' before the last one, and followed by a plain space."""
+    if count < MIN_UNLED_MEMBERS:
         return []
-    return [w.group() for w in words]
+    last_glue = tail[words[count - 2].end():words[count - 1].start()]
+    after = tail[words[count - 1].end():words[count].start()]
+    if not re.search(r"\b(?:and|or)\b", last_glue, re.IGNORECASE) or not after.isspace():
+        return []
+    return [w.group() for w in words[:count]]
 
 
 # Without a lead phrase a list is taken only at the start of the description or after a

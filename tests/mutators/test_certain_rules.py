@@ -59,3 +59,45 @@ def test_a_single_code_argument_gets_another_entity():
     found = _logical_subkinds({"name": "airport_info", "arguments": {"code": "KJFK"}}, tool)
     assert found and {subkind for subkind, _, _ in found} == {"other_entity"}
     assert all(len(value.strip("'")) == 4 for _, _, value in found)
+
+
+def test_display_switches_are_left_alone():
+    tool = function_tool("post_message", {
+        "channel": {"type": "string"}, "text": {"type": "string"},
+        "mrkdwn": {"type": "boolean", "description": "Format text as markdown. Defaults to true."},
+        "unfurl_links": {"type": "boolean", "default": True},
+        "refresh": {"type": "boolean", "default": True},
+    }, ["channel", "text"], additionalProperties=False)
+    call = {"name": "post_message", "arguments": {"channel": "#ops", "text": "Deployed v2",
+                                                  "unfurl_links": False}}
+    paths = {path for _, path, _ in _logical_subkinds(call, tool)}
+    assert paths and not paths & {"arguments.mrkdwn", "arguments.unfurl_links",
+                                  "arguments.refresh"}
+
+
+def test_a_list_the_sentence_goes_on_about_is_a_listed_set():
+    tool = function_tool("forecast", {
+        "q": {"type": "string", "description": "City name and country code, e.g. 'London,uk'."},
+        "units": {"type": "string", "description": "standard, metric and imperial units are "
+                  "available. If you do not use the units parameter, standard units will be "
+                  "applied by default."},
+        "lang": {"type": "string"},
+    }, ["q"], additionalProperties=False)
+    call = {"name": "forecast", "arguments": {"q": "Austin,TX,US", "units": "metric",
+                                              "lang": "es"}}
+    found = _logical_subkinds(call, tool, seeds=60)
+    units = {value for _, path, value in found if path == "arguments.units"}
+    assert units and units <= {"'standard'", "'imperial'"}      # never the city or 'es'
+    assert not any(sub == "swapped_arguments" and "units" in path for sub, path, _ in found)
+
+
+def test_an_absent_argument_is_set_to_another_entity_than_its_default():
+    tool = function_tool("define_word", {
+        "word": {"type": "string"},
+        "language": {"type": "string", "description": "Language of the entry. Defaults to "
+                     "'English'."},
+    }, ["word"], additionalProperties=False)
+    found = _logical_subkinds({"name": "define_word", "arguments": {"word": "serendipity"}},
+                              tool)
+    values = {value for sub, path, value in found if sub == "set_optional"}
+    assert values and "'English'" not in values and "'French'" in values

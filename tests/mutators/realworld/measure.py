@@ -33,6 +33,27 @@ class Figures:
         return len(self.wrong) / self.negatives if self.negatives else 0.0
 
 
+def corpus_set(case: Case) -> str:
+    """Which part of the corpus a case is from: 'heldout' (`specs_heldout.json`, only
+    measured), 'untuned' (`specs_untuned.json`, measured once, then tuned on) or 'tuned'."""
+    stem = case.origin.split("[", 1)[0]
+    return {"specs_heldout": "heldout", "specs_untuned": "untuned"}.get(stem, "tuned")
+
+
+def merged(parts: list[Figures]) -> Figures:
+    total = Figures()
+    for part in parts:
+        total.calls += part.calls
+        total.all_three += part.all_three
+        total.negatives += part.negatives
+        total.wrong += part.wrong
+        total.false_positives += part.false_positives
+        total.missing += part.missing
+        total.missing_examples += part.missing_examples
+        total.subkinds += part.subkinds
+    return total
+
+
 def measure(cases: list[Case], seeds: range = range(3)) -> Figures:
     figures = Figures()
     for case in cases:
