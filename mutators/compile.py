@@ -26,6 +26,7 @@ from mutators.jsonvalues import PY_TYPE_TAG, NOT_JSON, json_type, render, type_l
 from mutators.keyword_checks import (Check, Err, json_check, key_errors, number_check,
                                      pattern_miss, string_check, under, unique_check,
                                      unknown_key_detail, value_check)
+from mutators.late_memo import LateBoundMemo
 from mutators.safe_regex import UNDECIDED
 from mutators.schema import Node, normalise
 
@@ -46,24 +47,11 @@ class Compiler:
     key policy; branch checks (inside anyOf/allOf) leave keys to the object that owns them."""
 
     def __init__(self) -> None:
-        self._memo: dict[tuple[int, bool], Check | None] = {}
-        self._forward: dict[tuple[int, bool], list] = {}
+        self._checks = LateBoundMemo()  # a recursive $ref gets its check bound late
         self.evaluation = Evaluation(self)  # for unevaluatedProperties / unevaluatedItems
 
     def check(self, node: Node, keyed: bool = True) -> Check:
-        key = (id(node), keyed)
-        if key in self._memo:
-            built = self._memo[key]
-            if built is not None:
-                return built
-            cell = self._forward.setdefault(key, [None])  # a recursive $ref: bind late
-            return lambda value: cell[0](value)
-        self._memo[key] = None
-        built = self._build(node, keyed)
-        self._memo[key] = built
-        if key in self._forward:
-            self._forward.pop(key)[0] = built
-        return built
+        return self._checks.get((id(node), keyed), lambda: self._build(node, keyed))
 
     def _build(self, node: Node, keyed: bool) -> Check:
         if node.never:

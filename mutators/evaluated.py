@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from mutators.late_memo import LateBoundMemo
 from mutators.schema import Node
 
 Evaluated = Callable[[Any], "set | None"]  # None: everything is evaluated
@@ -35,8 +36,7 @@ class Evaluation:
 
     def __init__(self, compiler: Any) -> None:
         self.compiler = compiler
-        self._memo: dict[tuple[int, str], Evaluated | None] = {}
-        self._forward: dict[tuple[int, str], list] = {}
+        self._memo = LateBoundMemo()  # a recursive $ref gets its function bound late
 
     def keys(self, node: Node) -> Evaluated:
         """Keys `node` evaluates, its own `unevaluatedProperties` included."""
@@ -53,18 +53,7 @@ class Evaluation:
         return self._memoised(node, "adjacent_items", self._adjacent_items)
 
     def _memoised(self, node: Node, kind: str, build: Callable[[Node], Evaluated]) -> Evaluated:
-        key = (id(node), kind)
-        if key in self._memo:
-            built = self._memo[key]
-            if built is not None:
-                return built
-            cell = self._forward.setdefault(key, [None])  # a recursive $ref: bind late
-            return lambda value: cell[0](value)
-        self._memo[key] = None
-        built = self._memo[key] = build(node)
-        if key in self._forward:
-            self._forward.pop(key)[0] = built
-        return built
+        return self._memo.get((id(node), kind), lambda: build(node))
 
     def _keys(self, node: Node) -> Evaluated:
         if node.never:

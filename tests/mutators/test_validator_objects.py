@@ -151,6 +151,20 @@ def test_recursive_ref():
     assert found(schema, {"tree": deep}) == [("arguments.tree.children[0].children[0].value", "type")]
 
 
+def test_recursive_ref_under_unevaluated_properties():
+    # both the checks and the evaluated-keys functions of a recursive $ref bind late
+    schema = {"type": "object", "properties": {"tree": {"$ref": "#/$defs/Node"}},
+              "$defs": {"Node": {"type": "object", "unevaluatedProperties": False,
+                                 "properties": {"value": {"type": "integer"}},
+                                 "allOf": [{"properties": {"children": {
+                                     "type": "array", "items": {"$ref": "#/$defs/Node"}}}}]}}}
+    deep = {"value": 1, "children": [{"value": 2, "children": [{"value": 3}]}]}
+    assert found(schema, {"tree": deep}) == []
+    deep["children"][0]["children"][0]["extra"] = True
+    assert found(schema, {"tree": deep}) == [
+        ("arguments.tree.children[0].children[0].extra", "unknown_key")]
+
+
 def test_ref_with_nullable_and_unresolvable_ref():
     schema = {"type": "object", "properties": {
         "a": {"$ref": "#/$defs/A", "nullable": True}, "b": {"$ref": "#/nowhere"}},
