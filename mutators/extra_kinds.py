@@ -86,7 +86,7 @@ def _accepts_missing(ctx: MutationContext, candidate: Candidate, call: dict,
     return any(e.reason == "required" and e.path == candidate.where for e in errors)
 
 
-def _tools_in_random_order(candidates: list[Candidate], rng) -> list[Candidate]:
+def _tools_in_random_order(candidates: list[Candidate], rng) -> Iterator[Candidate]:
     """A random other tool, preferring those that take over some of the arguments."""
     return interleave_by(candidates, rng, lambda c: 0,
                          prefer=lambda c: c.subkind == "mapped_arguments")

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 from mutators.introspect import group_policy
 from mutators.jsonvalues import copy_json, format_path, get_at, rename_key, set_at
-from mutators.negative import Candidate, KindSpec, MutationContext, interleave_by
+from mutators.negative import Candidate, KindSpec, MutationContext, interleave_by, value_rng
 from mutators.sample import sample_value
 from mutators.schema import Node
 from mutators.slots import Slot, effective_nodes, property_node
@@ -125,9 +125,9 @@ def _key_candidates(ctx: MutationContext, slot: Slot, subkind: str) -> Iterator[
                 build = ctx.edited(
                     lambda a, p=slot.parts, r=real, f=fake: rename_key(get_at(a, p), r, f))
                 how, replaced = f"renamed `{real}` to `{fake}`", real
-            else:
-                value = sample_value(property_node(nodes, real)[0], ctx.rng, real)
-                build = ctx.edited(lambda a, p=slot.parts + (fake,), v=value: set_at(a, p, v))
+            else:  # the value is sampled only if this candidate is tried
+                build = ctx.edited(lambda a, p=slot.parts + (fake,), r=real, s=ctx.seed: set_at(
+                    a, p, sample_value(property_node(nodes, r)[0], value_rng(s, p), r)))
                 how, replaced = f"added `{fake}` (a {subkind} of the real key `{real}`)", None
             yield Candidate(subkind, slot.parts + (fake,), replaced, fake, build,
                             f"{how} at {format_path(slot.parts)}")
@@ -155,11 +155,17 @@ def borrowed(ctx: MutationContext) -> Iterator[Candidate]:
     for key, node, owner, value in borrowable(ctx):
         if key in root.value:
             continue
-        if value is _PER_CALL:  # drawn in the same order as ever: a seed keeps its negatives
-            value = sample_value(node, ctx.rng, key)
         yield Candidate("borrowed", (key,), None, key,
-                        ctx.edited(lambda a, k=key, v=value: a.__setitem__(k, copy_json(v))),
+                        ctx.edited(lambda a, k=key, n=node, v=value, s=ctx.seed: a.__setitem__(
+                            k, _borrowed_value(s, k, n, v))),
                         f"added `{key}`, a parameter of tool `{owner}`")
+
+
+def _borrowed_value(seed: str, key: str, node: Node, kept: Any) -> Any:
+    """The kept value, or one drawn now (an enum member) when the candidate is tried."""
+    if kept is _PER_CALL:
+        return sample_value(node, value_rng(seed, (key,)), key)
+    return copy_json(kept)
 
 
 def borrowable(ctx: MutationContext) -> list[tuple[str, Node, str, Any]]:
@@ -211,10 +217,10 @@ def invented(ctx: MutationContext) -> Iterator[Candidate]:
             continue
         for key in INVENTED:
             if not policy.is_declared(key) and key not in slot.value:
-                value = sample_value(Node(), ctx.rng, key)
                 parts = slot.parts + (key,)
                 yield Candidate("invented", parts, None, key,
-                                ctx.edited(lambda a, p=parts, v=value: set_at(a, p, v)),
+                                ctx.edited(lambda a, p=parts, k=key, s=ctx.seed: set_at(
+                                    a, p, sample_value(Node(), value_rng(s, p), k))),
                                 f"added `{key}` to an object that takes no keys")
 
 
@@ -231,7 +237,7 @@ def impossible(ctx: MutationContext) -> str:
     return "no plausible hallucinated key is rejected by the schema"
 
 
-def order(candidates: list[Candidate], rng) -> list[Candidate]:
+def order(candidates: list[Candidate], rng) -> Iterator[Candidate]:
     """A random subkind first; within it, renaming a key the call uses beats adding one."""
     return interleave_by(candidates, rng, lambda c: c.subkind,
                          prefer=lambda c: c.original is not None)

@@ -334,12 +334,13 @@ def impossible(ctx: MutationContext) -> str:
     return "no schema-valid change of the arguments was found"
 
 
-def order(candidates: list[Candidate], rng) -> list[Candidate]:
+def order(candidates: list[Candidate], rng) -> Iterator[Candidate]:
     """Entities from the environment first (the most realistic mistake), then a random
     subkind at a time."""
     entities = [c for c in candidates if c.subkind == "wrong_entity"]
     rng.shuffle(entities)
-    return entities + by_subkind([c for c in candidates if c.subkind != "wrong_entity"], rng)
+    yield from entities
+    yield from by_subkind([c for c in candidates if c.subkind != "wrong_entity"], rng)
 
 
 SPEC = KindSpec("logical_error", (wrong_entity, swapped_arguments, shifted_values,

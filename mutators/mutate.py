@@ -96,7 +96,7 @@ def _run_kind(spec: KindSpec, ctx: MutationContext) -> Negative | Rejected:
     if not candidates:
         return Rejected("no_candidate", spec.impossible(ctx))
     tried = 0
-    for candidate in spec.order(candidates, ctx.rng)[:MAX_TRIED]:
+    for candidate in itertools.islice(spec.order(candidates, ctx.rng), MAX_TRIED):
         tried += 1
         call = candidate.build()
         errors = validate_with(call, ctx.tool)
@@ -212,7 +212,7 @@ def _run_kind_safely(spec: KindSpec, ctx: MutationContext, rng_seed: str, env: A
     try:
         if operators and kind in operators:
             spec = replace(spec, operators=tuple(operators[kind]))
-        ctx.rng = random.Random(rng_seed)
+        ctx.rng, ctx.seed = random.Random(rng_seed), rng_seed
         ctx.probe = OutcomeProbe(env, ctx.call, max_env_checks) if (
             spec.outcome_checked and can_execute(env)) else None
         return _run_kind(spec, ctx)

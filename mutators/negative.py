@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from mutators.jsonvalues import Path, copy_json, format_path
 from mutators.slots import Slot
@@ -101,7 +101,8 @@ class Candidate:
 class MutationContext:
     """Everything an operator may look at. `call` is a private canonical copy of the original
     call; `slots` every value in its arguments with its schema; `env` the optional
-    environment (duck-typed: alternatives/snapshot/restore/step); `probe` runs calls in it."""
+    environment (duck-typed: alternatives/snapshot/restore/step); `probe` runs calls in it.
+    `rng` orders the candidates; `seed` (the kind's RNG seed) seeds `value_rng`."""
 
     call: dict[str, Any]
     tool: ToolInfo
@@ -110,6 +111,7 @@ class MutationContext:
     env: Any = None
     other_tools: list[ToolInfo] = field(default_factory=list)
     probe: Any = None
+    seed: str = ""
 
     @property
     def arguments(self) -> dict[str, Any]:
@@ -122,6 +124,13 @@ class MutationContext:
             edit(call["arguments"])
             return call
         return build
+
+
+def value_rng(seed: str, parts: Path) -> random.Random:
+    """The RNG a candidate samples its value from when it is built, seeded per (the kind's
+    seed, path): a value is drawn only for the few candidates tried, and a candidate gets the
+    same value whatever else was proposed."""
+    return random.Random(f"{seed}:{format_path(parts)}")
 
 
 Operator = Callable[[MutationContext], Iterable[Candidate]]
@@ -137,31 +146,46 @@ class KindSpec:
     operators: tuple[Operator, ...]
     accepts: Acceptance
     impossible: Callable[[MutationContext], str]
-    order: Callable[[list[Candidate], random.Random], list[Candidate]]
+    order: Callable[[list[Candidate], random.Random], Iterable[Candidate]]
     outcome_checked: bool = False
 
 
 def interleave_by(candidates: list[Candidate], rng: random.Random,
                   group: Callable[[Candidate], Any], shuffle_within: bool = True,
-                  prefer: Callable[[Candidate], bool] | None = None) -> list[Candidate]:
-    """Shuffle the groups (e.g. subkinds) and, optionally, each group (the `prefer`red ones
-    first); then take one from each group in turn. Every group gets the same chance to be
-    first, however many candidates it has; later ones are the fallbacks when one fails."""
+                  prefer: Callable[[Candidate], bool] | None = None) -> Iterator[Candidate]:
+    """Shuffle the groups (e.g. subkinds), then take one from each group in turn, drawn at
+    random within the group (the `prefer`red ones first) or in order without
+    `shuffle_within`. Every group gets the same chance to be first, however many candidates
+    it has; later ones are the fallbacks when one fails. Lazy: a candidate is drawn only when
+    the caller asks for the next one, so ordering costs what is tried, not what is proposed."""
     groups: dict[Any, list[Candidate]] = {}
     for candidate in candidates:
         groups.setdefault(group(candidate), []).append(candidate)
     order = list(groups.values())
     rng.shuffle(order)
-    if shuffle_within:
-        for members in order:
-            rng.shuffle(members)
-            if prefer is not None:
-                members.sort(key=lambda c: not prefer(c))
-    result: list[Candidate] = []
-    for round_index in range(max((len(m) for m in order), default=0)):
-        result.extend(m[round_index] for m in order if round_index < len(m))
-    return result
+    streams = [_drawn(members, rng, shuffle_within, prefer) for members in order]
+    while streams:
+        alive = []
+        for stream in streams:
+            candidate = next(stream, None)
+            if candidate is not None:
+                alive.append(stream)
+                yield candidate
+        streams = alive
 
 
-def by_subkind(candidates: list[Candidate], rng: random.Random) -> list[Candidate]:
+def _drawn(members: list[Candidate], rng: random.Random, shuffle: bool,
+           prefer: Callable[[Candidate], bool] | None) -> Iterator[Candidate]:
+    pools = [members] if prefer is None or not shuffle else [
+        [c for c in members if prefer(c)], [c for c in members if not prefer(c)]]
+    for pool in pools:
+        pool = pool[::-1]  # popped from the end: in order, or a random one swapped there
+        while pool:
+            if shuffle:
+                index = rng.randrange(len(pool))
+                pool[index], pool[-1] = pool[-1], pool[index]
+            yield pool.pop()
+
+
+def by_subkind(candidates: list[Candidate], rng: random.Random) -> Iterator[Candidate]:
     return interleave_by(candidates, rng, lambda c: c.subkind)

@@ -111,16 +111,26 @@ def _typed(raw: str, quoted: bool, node: Node) -> Any:
     return raw
 
 
+def _listed_member(word: str, node: Node) -> tuple | None:
+    """`(member,)` of the enum or the listed values that `word` names, else None."""
+    members = tuple(node.enum or ()) + prose_enum(node)
+    if not members:
+        return None
+    for value in (word, _typed(word, False, node)):
+        listed = next((m for m in members if same_meaning(m, value)), None)
+        if listed is not None:
+            return (listed,)
+    return None
+
+
 def _listed_default(text: str, node: Node) -> tuple | None:
     """"default minor" where 'minor' is a member of the enum or of the listed values."""
-    members = tuple(node.enum or ()) + prose_enum(node)
     for match in _DEFAULT_MEMBER.finditer(text):
         word = match.group(1).rstrip(".,")
         if _BARE_END.match(text, match.start(1) + len(word)):
-            value = _typed(word, False, node)
-            listed = next((m for m in members if same_meaning(m, value)), None)
+            listed = _listed_member(word, node)
             if listed is not None:
-                return (listed,)
+                return listed
     return None
 
 
@@ -136,6 +146,9 @@ def _read_default(text: str, node: Node) -> tuple | None:
     if quoted is not None:
         return (_typed(quoted, True, node),)
     bare = bare.rstrip(".,")
+    listed = _listed_member(bare, node)
+    if listed is not None:  # "(default none)" among 'none, daily, weekly': the word 'none'
+        return listed
     typed = _typed(bare, False, node)
     if bare.lower() in _WORD_FILLERS or (json_type(typed) == "string" and not _BARE_END.match(
             text, match.start(len(match.groups())) + len(bare))):

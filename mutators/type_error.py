@@ -120,7 +120,7 @@ def impossible(ctx: MutationContext) -> str:
     return "no argument value has a type constraint (the schema accepts any type there)"
 
 
-def order(candidates: list[Candidate], rng) -> list[Candidate]:
+def order(candidates: list[Candidate], rng) -> Iterator[Candidate]:
     """A random slot first; within a slot, the most plausible wrong value first."""
     return interleave_by(candidates, rng, lambda c: c.path, shuffle_within=False)
 

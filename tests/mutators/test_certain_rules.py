@@ -101,3 +101,15 @@ def test_an_absent_argument_is_set_to_another_entity_than_its_default():
                               tool)
     values = {value for sub, path, value in found if sub == "set_optional"}
     assert values and "'English'" not in values and "'French'" in values
+
+
+def test_a_listed_word_default_is_that_member_not_null():
+    tool = function_tool("set_reminder", {
+        "title": {"type": "string"},
+        "repeat": {"type": "string", "description": "none, daily, weekly or monthly (default "
+                   "none)"},
+    }, ["title"], additionalProperties=False)
+    found = _logical_subkinds({"name": "set_reminder", "arguments": {"title": "Pay rent"}},
+                              tool)
+    values = {value for sub, path, value in found if sub == "set_optional"}
+    assert values and values <= {"'daily'", "'weekly'", "'monthly'"}

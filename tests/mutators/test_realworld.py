@@ -11,7 +11,7 @@ import pytest
 from mutators import Negative, mutate_report
 from tests.mutators.realworld.checker import check
 from tests.mutators.realworld.corpus import Case, load_cases, load_entries, unannotated_defaults
-from tests.mutators.realworld.measure import measure
+from tests.mutators.realworld.measure import corpus_set, measure
 
 MIN_ALL_THREE = 0.97      # calls (with at least one argument) that get all three kinds
 MAX_WRONG = 0.005         # negatives that are not what their kind says
@@ -36,6 +36,14 @@ def test_corpus_is_large_varied_and_annotated(cases):
     # checker would misjudge dropping that argument
     assert {where: unannotated_defaults(entry) for where, entry in entries
             if unannotated_defaults(entry)} == {}
+
+
+def test_the_held_out_part_is_large_and_kept_apart(cases):
+    parts = {corpus_set(c) for c in cases}
+    written = [c for c in cases if corpus_set(c) == "heldout" and "(as-written)" in c.origin]
+    assert parts == {"tuned", "untuned", "heldout"} and len(written) >= 100
+    # MCP's `inputSchema` is read as the parameters (the loader and the validator agree)
+    assert any("inputSchema" in c.tool for c in written)
 
 
 def test_no_false_positives_on_gold_calls(figures):
