@@ -91,25 +91,23 @@ def test_a_list_the_sentence_goes_on_about_is_a_listed_set():
     assert not any(sub == "swapped_arguments" and "units" in path for sub, path, _ in found)
 
 
+def _set_optional_values(given: tuple[str, str], absent: tuple[str, str]) -> set[str]:
+    """The values set_optional gives the absent string argument `absent` (name, description)
+    of a tool whose one required argument is `given` (name, value)."""
+    tool = function_tool("tool", {given[0]: {"type": "string"},
+                                  absent[0]: {"type": "string", "description": absent[1]}},
+                         [given[0]], additionalProperties=False)
+    found = _logical_subkinds({"name": "tool", "arguments": {given[0]: given[1]}}, tool)
+    return {value for sub, path, value in found if sub == "set_optional"}
+
+
 def test_an_absent_argument_is_set_to_another_entity_than_its_default():
-    tool = function_tool("define_word", {
-        "word": {"type": "string"},
-        "language": {"type": "string", "description": "Language of the entry. Defaults to "
-                     "'English'."},
-    }, ["word"], additionalProperties=False)
-    found = _logical_subkinds({"name": "define_word", "arguments": {"word": "serendipity"}},
-                              tool)
-    values = {value for sub, path, value in found if sub == "set_optional"}
+    values = _set_optional_values(("word", "serendipity"),
+                                  ("language", "Language of the entry. Defaults to 'English'."))
     assert values and "'English'" not in values and "'French'" in values
 
 
 def test_a_listed_word_default_is_that_member_not_null():
-    tool = function_tool("set_reminder", {
-        "title": {"type": "string"},
-        "repeat": {"type": "string", "description": "none, daily, weekly or monthly (default "
-                   "none)"},
-    }, ["title"], additionalProperties=False)
-    found = _logical_subkinds({"name": "set_reminder", "arguments": {"title": "Pay rent"}},
-                              tool)
-    values = {value for sub, path, value in found if sub == "set_optional"}
+    values = _set_optional_values(("title", "Pay rent"),
+                                  ("repeat", "none, daily, weekly or monthly (default none)"))
     assert values and values <= {"'daily'", "'weekly'", "'monthly'"}
