@@ -44,17 +44,7 @@ def ray_head(tmp_path_factory):
     # The venv's bin first on PATH: a job's `python ...` entrypoint must find this interpreter.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     env = dict(os.environ, PYTHONPATH=str(ROOT), PATH=path)
-    # Every port chosen here, none left at Ray's fixed defaults: another Ray on the host (a
-    # developer's, a second test run) holding 52365 leaves this head without a job agent.
-    port, dashboard_port, agent_port, agent_grpc, metrics = (_free_port() for _ in range(5))
-    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths are capped
-    subprocess.run([RAY_BIN, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                    f"--temp-dir={temp_dir}", "--num-cpus=2",
-                    "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-                    f"--dashboard-port={dashboard_port}", f"--dashboard-agent-listen-port={agent_port}",
-                    f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
-                    "--disable-usage-stats"],
-                   env=env, check=True, capture_output=True, cwd=ROOT)
+    temp_dir, port, dashboard_port = _start_head(env)
     head = RayHead(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}", env)
     import ray
 
@@ -64,6 +54,33 @@ def ray_head(tmp_path_factory):
     finally:
         ray.shutdown()
         _stop_head(temp_dir)
+
+
+HEAD_START_ATTEMPTS = 3
+
+
+def _start_head(env: dict) -> tuple[str, int, int]:
+    """`ray start --head` on fresh ports; (temp dir, GCS port, dashboard port). On a loaded host
+    the raylet can give up waiting for its agents (a fixed ~30 s in Ray): the failed attempt's
+    processes are stopped (they would outlive the session) and it is tried again."""
+    for _ in range(HEAD_START_ATTEMPTS):
+        # Every port chosen here, none left at Ray's fixed defaults: another Ray on the host (a
+        # developer's, a second test run) holding 52365 leaves this head without a job agent.
+        port, dashboard_port, agent_port, agent_grpc, metrics = (_free_port() for _ in range(5))
+        temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: socket paths are capped
+        started = subprocess.run(
+            [RAY_BIN, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+             f"--temp-dir={temp_dir}", "--num-cpus=2",
+             "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+             f"--dashboard-port={dashboard_port}", f"--dashboard-agent-listen-port={agent_port}",
+             f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
+             "--disable-usage-stats"],
+            env=env, capture_output=True, text=True, cwd=ROOT)
+        if started.returncode == 0:
+            return temp_dir, port, dashboard_port
+        _stop_head(temp_dir)
+    raise RuntimeError(f"`ray start --head` failed {HEAD_START_ATTEMPTS} times; last output:\n"
+                       f"{(started.stdout + started.stderr)[-2000:]}")
 
 
 def _stop_head(temp_dir: str) -> None:
