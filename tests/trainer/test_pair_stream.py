@@ -104,6 +104,7 @@ def test_the_ray_stream_equals_the_per_shard_feed_in_shard_order(
         ray_head, pipeline_out, trainer_tokenizer):
     settings = _settings(pipeline_out, trainer_tokenizer, "run.seed=3")
     dataset, _ = build_pair_dataset(settings)
+    dataset.context.execution_options.preserve_order = True  # as `trainer fit` ingests it
     streamed = pa.concat_tables(list(dataset.iter_batches(batch_size=None,
                                                           batch_format="pyarrow")))
     files = preferences.preference_files(pipeline_out)
