@@ -7,7 +7,9 @@ table and writes the reports):
     after    `trainer eval` of each DPO run's newest checkpoint, per eval seed, with the SAD
              checkpoint as the reference (implicit reward margin)
 
-Sections evaluated: `preferences` (held-out pair accuracy overall and per source), `negatives`
+Sections evaluated: `preferences` (held-out pair accuracy overall, per source, and for safety
+pairs per side: dangerous refusal > call, benign call > blunt refusal, benign call > the careful
+refusal dangerous pairs choose), `negatives`
 (how often the correct call beats each negative kind) and `safety` (refusal rate on dangerous
 requests, over-refusal rate on benign look-alikes, played as episodes). The held-out tasks are
 checked against the training shards (`--shards`), so a pair the run trained on cannot be

@@ -38,15 +38,34 @@ def _same(a: pa.Table, b: pa.Table) -> bool:
         for name in refs)
 
 
-def _large_shard(out, copies):
-    """One shard of the pipeline's repair and safety pairs repeated `copies` times (new ids)."""
-    table = pq.read_table(out / "preferences", columns=list(preferences.PREFERENCE_COLUMNS))
-    table = table.filter(pc.is_in(table.column("source"), pa.array(["repair", "safety"])))
+@pytest.fixture(scope="module")
+def critic_pairs():
+    """Repair and safety pairs of 12 oracle trajectories, made in-process (no Ray)."""
+    from datagen.config import CriticsConfig
+    from datagen.pipeline.stages.critics import CriticStage
+    from datagen.teachers import EnvPool
+    from tests.datagen.helpers import oracle_trajectories
+
+    batch = CriticStage(CriticsConfig(inject_rate=1.0, safety_rate=1.0), 0).run(
+        oracle_trajectories(12), EnvPool())
+    rows = batch.rows("preferences")
+    return pa.table({name: [row[name] for row in rows]
+                     for name in preferences.PREFERENCE_COLUMNS})
+
+
+def _large_shard(table, copies):
+    """`table` repeated `copies` times (new ids)."""
     parts = []
     for copy in range(copies):
         ids = pa.array([f"{pair_id}-{copy}" for pair_id in table.column("id").to_pylist()])
         parts.append(table.set_column(table.schema.get_field_index("id"), "id", ids))
     return pa.concat_tables(parts)
+
+
+def _shard_pairs(out):
+    """The pipeline's repair and safety pairs (its preferences/ table)."""
+    table = pq.read_table(out / "preferences", columns=list(preferences.PREFERENCE_COLUMNS))
+    return table.filter(pc.is_in(table.column("source"), pa.array(["repair", "safety"])))
 
 
 def _poison_last_pool(table, settings):
@@ -64,9 +83,10 @@ def _poison_last_pool(table, settings):
 
 
 def test_a_shards_first_batches_leave_before_the_rest_is_tokenised(
-        pipeline_out, trainer_tokenizer, monkeypatch):
-    settings = _settings(pipeline_out, trainer_tokenizer, "dpo.sources=[repair, safety]")
-    table = _large_shard(pipeline_out, copies=4)
+        critic_pairs, tiny_tokenizer_dir, tmp_path, monkeypatch):
+    settings = _settings(tmp_path, tiny_tokenizer_dir, "dpo.sources=[repair, safety]",
+                         "data.max_seq_len=8192")  # every pair fits: no pool is all dropped
+    table = _large_shard(critic_pairs, copies=4)
     pools = -(-table.num_rows // (settings.pairs_per_batch * settings.bucket_pool_batches))
     assert pools >= 10
     tokenised = []
@@ -75,7 +95,8 @@ def test_a_shards_first_batches_leave_before_the_rest_is_tokenised(
                         lambda pool, *a: tokenised.append(pool.num_rows) or real(pool, *a))
     stream = pair_batch_stream(table, settings)
     first = next(stream)
-    assert first.num_rows >= 1 and len(tokenised) == 2  # one pool held back for drop counts
+    assert first.num_rows == settings.bucket_pool_batches  # the first pool's micro-batches
+    assert len(tokenised) == 2  # and one pool held back (for drop counts) were tokenised
     rest = list(stream)
     assert len(tokenised) == pools and sum(tokenised) == table.num_rows
     whole = training_pair_batches(table, settings)  # the same batches, all at once
@@ -88,7 +109,7 @@ def test_a_shards_first_batches_leave_before_the_rest_is_tokenised(
 def test_the_ray_stream_hands_on_a_batch_before_the_shard_is_done(
         ray_head, pipeline_out, trainer_tokenizer, tmp_path):
     settings = _settings(tmp_path, trainer_tokenizer, "dpo.sources=[repair, safety]")
-    table = _large_shard(pipeline_out, copies=4)
+    table = _large_shard(_shard_pairs(pipeline_out), copies=4)
     (tmp_path / "preferences").mkdir()
     pq.write_table(_poison_last_pool(table, settings),
                    tmp_path / "preferences" / "part-00000.parquet")
