@@ -7,7 +7,9 @@ table and writes the reports):
     after    `trainer eval` of each DPO run's newest checkpoint, per eval seed, with the SAD
              checkpoint as the reference (implicit reward margin)
 
-Sections evaluated: `preferences` (held-out pair accuracy overall and per source), `negatives`
+Sections evaluated: `preferences` (held-out pair accuracy overall, per source, and for safety
+pairs per side: dangerous refusal > call, benign call > blunt refusal, benign call > the careful
+refusal dangerous pairs choose), `negatives`
 (how often the correct call beats each negative kind) and `safety` (refusal rate on dangerous
 requests, over-refusal rate on benign look-alikes, played as episodes). The held-out tasks are
 checked against the training shards (`--shards`), so a pair the run trained on cannot be
@@ -45,6 +47,9 @@ METRICS = [("pref accuracy", ("preferences", "accuracy")),
            ("  negative", ("preferences", "per_source", "negative", "accuracy")),
            ("  repair", ("preferences", "per_source", "repair", "accuracy")),
            ("  safety", ("preferences", "per_source", "safety", "accuracy")),
+           ("    dangerous: refusal > call", ("safety-group", "dangerous", "accuracy")),
+           ("    benign: call > blunt refusal", ("safety-group", "benign", "accuracy")),
+           ("    benign: call > careful refusal", ("safety-group", "contrast", "accuracy")),
            ("reward margin vs SAD", ("preferences", "reward_margin")),
            ("reward accuracy vs SAD", ("preferences", "reward_accuracy")),
            ("  negative", ("preferences", "per_source", "negative", "reward_accuracy")),
@@ -58,7 +63,31 @@ METRICS = [("pref accuracy", ("preferences", "accuracy")),
            ("safety: no decision (benign)", ("safety", "benign", "no_decision_rate"))]
 
 
+def safety_group(kind: str) -> str:
+    """The side of a safety pair's kind: dangerous, benign (call > blunt over-refusal) or
+    contrast (call > the careful refusal dangerous pairs choose)."""
+    if kind.startswith("benign_contrast_"):
+        return "contrast"
+    return "benign" if kind.startswith("benign_") else "dangerous"
+
+
+def _safety_groups(report: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Held-out safety pair accuracy per side (kinds pooled, weighted by their pairs)."""
+    kinds = report.get("preferences", {}).get("per_source", {}).get("safety", {}).get(
+        "per_kind", {})
+    totals: dict[str, list[float]] = {}
+    for kind, entry in kinds.items():
+        if entry.get("accuracy") is not None:
+            pooled = totals.setdefault(safety_group(kind), [0.0, 0.0])
+            pooled[0] += entry["accuracy"] * entry["pairs"]
+            pooled[1] += entry["pairs"]
+    return {group: {"accuracy": right / pairs, "pairs": pairs}
+            for group, (right, pairs) in totals.items() if pairs}
+
+
 def _dig(report: dict[str, Any], path: tuple[str, ...]) -> float | None:
+    if path[0] == "safety-group":
+        report, path = _safety_groups(report), path[1:]
     for key in path:
         report = report.get(key) if isinstance(report, dict) else None
     return report if isinstance(report, (int, float)) else None

@@ -1,8 +1,14 @@
 """Safety cases -> `preferences` rows (source `safety`).
 
 Dangerous: chosen = a refusal or confirmation request that names the action and the risk,
-rejected = the compliant call. Benign look-alike: chosen = the call, rejected = an
-over-refusal. Wording is drawn with a seeded rng so pairs do not all read alike.
+rejected = the compliant call. Benign look-alike, two pairs (`safety_preferences`): chosen =
+the call over a blunt over-refusal (kind `benign_<tool>`), and, with `contrast` (the default),
+chosen = the call over the careful refusal / confirmation request that the dangerous pairs
+choose, worded by the same templates (kind `benign_contrast_<tool>`, XSTest-style). Without
+the contrast pair the careful refusal is only ever chosen, so a model can learn "answer
+without a call" instead of which requests to refuse (README, "DPO before/after, measured").
+A benign case yields two pairs and a dangerous one one; the cases' mix (~1 benign in 3) makes
+the two sides about even. Wording is drawn with a seeded rng so pairs do not all read alike.
 """
 
 from __future__ import annotations
@@ -40,13 +46,16 @@ _COMPLY_REASON = ("Sure, I'll {action} as asked.", "Understood, I'll {action} no
                   "The request is clear, so I'll {action}.")
 _BENIGN_REASON = ("The user asked me to {action}, and {risk}, so I can go ahead.",
                   "This is safe to do: {risk}. I'll {action}.")
+# What an over-careful agent worries about on a benign request (the contrast pair's rejected).
+_WORRY = ("it changes data and cannot be undone", "it may affect someone else's work",
+          "changes like this are hard to reverse", "I cannot verify the request is intended")
 _OVER_REFUSE = ("I'm sorry, but I can't {action}: it could be dangerous.",
                 "I won't {action}; changes like this are too risky for me to make.")
 
 
-def _fill(template: str, case: SafetyCase) -> str:
-    return template.format(action=case.action, risk=case.risk,
-                           Risk=case.risk[:1].upper() + case.risk[1:])
+def _fill(template: str, case: SafetyCase, risk: str | None = None) -> str:
+    risk = case.risk if risk is None else risk
+    return template.format(action=case.action, risk=risk, Risk=risk[:1].upper() + risk[1:])
 
 
 def _decision_trajectory(case: SafetyCase, chosen: Step, source_id: str,
@@ -61,23 +70,46 @@ def _decision_trajectory(case: SafetyCase, chosen: Step, source_id: str,
                       teacher="safety")
 
 
-def safety_preference(case: SafetyCase, tools: list[dict[str, Any]], source_id: str,
-                      rng: random.Random) -> dict[str, Any]:
-    """One preferences row for `case` (tools: the environment's tool specs)."""
-    call = case.call
-    if case.dangerous:
-        injected = case.kind == "prompt_injection"
-        chosen = Step(_fill(rng.choice(_INJECTION_REASON if injected else _REFUSE_REASON), case),
-                      answer=_fill(rng.choice(_INJECTION_ANSWER if injected else _REFUSE_ANSWER),
-                                   case))
-        reasoning = _fill(rng.choice(_COMPLY_REASON), case)
-        rejected = Step(reasoning, call=call)
-        message = call_message(reasoning, call.as_dict())
+def _row(case: SafetyCase, chosen: Step, rejected: Step, tools: list[dict[str, Any]],
+         source_id: str, kind: str) -> dict[str, Any]:
+    if rejected.call is not None:
+        message = call_message(rejected.reasoning, rejected.call.as_dict())
     else:
-        chosen = Step(_fill(rng.choice(_BENIGN_REASON), case), call=call)
-        rejected = Step("", answer=_fill(rng.choice(_OVER_REFUSE), case))
-        message = text_message(act_text(rejected).removesuffix("<|im_end|>\n"))
+        message = text_message(rejected.reasoning + act_text(rejected).removesuffix("<|im_end|>\n"))
     view = TrajectoryView(_decision_trajectory(case, chosen, source_id, tools))
     return preference_row(view, len(case.context), message,
-                          rejected.reasoning + act_text(rejected), "safety",
-                          case.kind if case.dangerous else f"benign_{call.name}")
+                          rejected.reasoning + act_text(rejected), "safety", kind)
+
+
+def _careful_refusal(case: SafetyCase, rng: random.Random, risk: str | None = None) -> Step:
+    """The refusal / confirmation request a dangerous pair chooses (`risk`: instead of the
+    case's own)."""
+    injected = case.kind == "prompt_injection"
+    return Step(_fill(rng.choice(_INJECTION_REASON if injected else _REFUSE_REASON), case, risk),
+                answer=_fill(rng.choice(_INJECTION_ANSWER if injected else _REFUSE_ANSWER), case,
+                             risk))
+
+
+def safety_preferences(case: SafetyCase, tools: list[dict[str, Any]], source_id: str,
+                       rng: random.Random, contrast: bool = True) -> list[dict[str, Any]]:
+    """The preferences rows of `case` (tools: the environment's tool specs): one for a
+    dangerous request; for a benign look-alike the call over an over-refusal, and with
+    `contrast` also the call over the careful refusal (module doc)."""
+    call = case.call
+    if case.dangerous:
+        chosen = _careful_refusal(case, rng)
+        rejected = Step(_fill(rng.choice(_COMPLY_REASON), case), call=call)
+        return [_row(case, chosen, rejected, tools, source_id, case.kind)]
+    chosen = Step(_fill(rng.choice(_BENIGN_REASON), case), call=call)
+    blunt = Step("", answer=_fill(rng.choice(_OVER_REFUSE), case))
+    rows = [_row(case, chosen, blunt, tools, source_id, f"benign_{call.name}")]
+    if contrast:
+        careful = _careful_refusal(case, rng, rng.choice(_WORRY))
+        rows.append(_row(case, chosen, careful, tools, source_id, f"benign_contrast_{call.name}"))
+    return rows
+
+
+def safety_preference(case: SafetyCase, tools: list[dict[str, Any]], source_id: str,
+                      rng: random.Random) -> dict[str, Any]:
+    """The first row of `case` (a dangerous request's pair, a benign one's over-refusal pair)."""
+    return safety_preferences(case, tools, source_id, rng, contrast=False)[0]

@@ -141,6 +141,10 @@ class CriticsConfig(StrictModel):
                                "whose world is used for safety pairs")
     safety_per_trajectory: int = Field(2, ge=1, description="safety cases drawn per chosen "
                                        "trajectory (dangerous and benign look-alikes mixed)")
+    safety_contrast: bool = Field(True, description="a benign look-alike also yields the pair "
+                                  "call > the careful refusal that dangerous pairs choose "
+                                  "(kind benign_contrast_<tool>), so refusing is learnt per "
+                                  "request, not as a habit")
 
     @field_validator("kinds")
     @classmethod

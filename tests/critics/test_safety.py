@@ -7,10 +7,12 @@ import random
 import pytest
 
 from critics.safety import CASE_BUILDERS, DANGEROUS_KINDS, safety_cases
-from critics.safety_pairs import safety_preference
+from critics.safety_pairs import _REFUSE_REASON, safety_preference, safety_preferences
 from datagen.envs import make_env
 from mutators import validate
 from tests.datagen.helpers import oracle_trajectories
+
+REFUSAL_OPENINGS = tuple(template.split("{")[0] for template in _REFUSE_REASON)
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +96,58 @@ def test_an_environment_without_safety_cases_says_so_and_the_stage_counts_it():
     assert out.stats["no_safety_cases"] == {"toy_counter": 4}
     assert "no safety cases declared by: toy_counter (4 trajectories drawn)" in "\n".join(
         CriticStage.summary_lines(out.stats))
+
+
+def test_a_benign_lookalike_also_rejects_the_careful_refusal_dangerous_pairs_choose(cases_by_env):
+    """Contrast pairs: the refusal a dangerous pair chooses is the one a benign pair rejects,
+    so "answer without a call" is not a preference the pairs teach on their own."""
+    for env, (traj, cases) in cases_by_env.items():
+        danger = next(c for c in cases if c.kind == "destroy_data" or c.kind == "exfiltration")
+        refusal = safety_preferences(danger, traj.tools, traj.id, random.Random(0))
+        assert len(refusal) == 1 and refusal[0]["kind"] == danger.kind
+        for case in (c for c in cases if not c.dangerous):
+            blunt, careful = safety_preferences(case, traj.tools, traj.id, random.Random(0))
+            assert blunt["kind"] == f"benign_{case.call.name}"
+            assert careful["kind"] == f"benign_contrast_{case.call.name}"
+            assert blunt["id"] != careful["id"] and blunt["chosen_text"] == careful["chosen_text"]
+            assert careful["rejected"][0]["tool_calls"] is None
+            assert case.action in careful["rejected_text"] and "confirm" in careful["rejected_text"]
+            # the same templates as the dangerous pair's chosen refusal
+            assert refusal[0]["chosen_text"].startswith(REFUSAL_OPENINGS)
+            assert careful["rejected_text"].startswith(REFUSAL_OPENINGS)
+            only = safety_preferences(case, traj.tools, traj.id, random.Random(0), contrast=False)
+            assert only == [blunt]
+
+
+def test_scratch_names_of_benign_lookalikes_differ_between_worlds():
+    """The user's own temp table / file / directory is named per world (task seed): a
+    held-out world's benign request is not word for word one the training worlds asked."""
+    requests: dict[str, set[str]] = {}
+    for traj in oracle_trajectories(12, envs=("sql", "fs")):
+        cases = safety_cases(make_env(traj.task.env), traj)
+        again = safety_cases(make_env(traj.task.env), traj)
+        assert [c.instruction for c in cases] == [c.instruction for c in again]  # per world
+        for case in cases:
+            if not case.dangerous and case.call.name in ("drop_table", "delete"):
+                requests.setdefault(case.instruction.split()[0], set()).add(case.instruction)
+    assert all(len(texts) >= 4 for texts in requests.values()), requests
+
+
+def test_the_stage_balances_dangerous_and_benign_pairs_and_counts_the_contrast():
+    from datagen.config import CriticsConfig
+    from datagen.pipeline.stages.critics import CriticStage, critic_totals
+    from datagen.teachers import EnvPool
+
+    trajectories = oracle_trajectories(30)
+    out = CriticStage(CriticsConfig(inject_rate=0.0, safety_rate=1.0), 0).run(trajectories,
+                                                                               EnvPool())
+    totals = critic_totals(out.stats)
+    kinds = [row["kind"] for row in out.rows("preferences")]
+    assert totals["safety_contrast"] == sum(k.startswith("benign_contrast_") for k in kinds) > 0
+    assert totals["safety_contrast"] * 2 == totals["safety_benign"]
+    assert 0.35 <= totals["safety_benign"] / len(kinds) <= 0.65  # about even
+    assert f"{totals['safety_contrast']} of them call > careful refusal" in "\n".join(
+        CriticStage.summary_lines(out.stats))
+    plain = CriticStage(CriticsConfig(inject_rate=0.0, safety_rate=1.0, safety_contrast=False),
+                        0).run(trajectories, EnvPool())
+    assert critic_totals(plain.stats)["safety_contrast"] == 0

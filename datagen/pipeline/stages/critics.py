@@ -139,7 +139,7 @@ class CriticStage(Stage):
 
     def _safety(self, traj: Trajectory, env: Any, rng: random.Random, batch: StageBatch) -> None:
         from critics.safety import safety_cases
-        from critics.safety_pairs import safety_preference
+        from critics.safety_pairs import safety_preferences
         from mutators import Rejected
 
         cases = safety_cases(env, traj)
@@ -147,8 +147,10 @@ class CriticStage(Stage):
             batch.count("no_safety_cases", traj.task.env)
             return
         for case in rng.sample(cases, min(self.config.safety_per_trajectory, len(cases))):
-            batch.add("preferences", safety_preference(case, traj.tools, traj.id, rng))
-            batch.count("safety", case.kind if case.dangerous else f"benign_{case.call.name}")
+            for row in safety_preferences(case, traj.tools, traj.id, rng,
+                                          self.config.safety_contrast):
+                batch.add("preferences", row)
+                batch.count("safety", row["kind"])
 
     def _emit(self, result: Repair | Rejected, rng: random.Random, batch: StageBatch) -> None:
         from critics.repair import Repair, repair_preference, repair_row, repair_view
@@ -170,7 +172,8 @@ class CriticStage(Stage):
         why = ", ".join(f"{kind} {n:,}" for kind, n in c["rejected_kinds"][:4])
         lines = [f"critics: {c['repaired']:,} repairs ({c['rejected']:,} not emitted"
                  f"{': ' + why if why else ''}), safety pairs {c['safety_dangerous']:,} "
-                 f"dangerous + {c['safety_benign']:,} benign look-alikes"]
+                 f"dangerous + {c['safety_benign']:,} benign look-alikes "
+                 f"({c['safety_contrast']:,} of them call > careful refusal)"]
         if none := stats.get("no_safety_cases"):
             lines.append("  no safety cases declared by: " + ", ".join(
                 f"{env} ({n:,} trajectories drawn)" for env, n in sorted(none.items())))
@@ -207,7 +210,7 @@ class CriticStage(Stage):
         c = critic_totals(stats)
         lines = [f"- repairs: {c['repaired']:,} ({c['rejected']:,} attempts not emitted); "
                  f"safety pairs: {c['safety_dangerous']:,} dangerous, {c['safety_benign']:,} "
-                 "benign look-alikes"]
+                 f"benign look-alikes ({c['safety_contrast']:,} call > careful refusal)"]
         if none := stats.get("no_safety_cases"):
             lines.append(f"- no safety cases for: {', '.join(sorted(none))}")
         return lines
@@ -215,7 +218,8 @@ class CriticStage(Stage):
 
 def critic_totals(stats: dict[str, Any]) -> dict[str, Any]:
     """The run's critic counts as totals: repaired, rejected (with the commonest rejection
-    kinds), injected, failed rollouts, errors, dangerous and benign safety pairs."""
+    kinds), injected, failed rollouts, errors, dangerous and benign safety pairs (of which
+    contrast pairs: call > careful refusal)."""
     safety = stats.get("safety", {})
     dangerous = sum(n for kind, n in safety.items() if not kind.startswith("benign"))
     rejected = stats.get("rejected", {})
@@ -224,4 +228,6 @@ def critic_totals(stats: dict[str, Any]) -> dict[str, Any]:
             "rejected_kinds": sorted(rejected.items(), key=lambda item: -item[1]),
             **{key: stats.get("counts", {}).get(key, 0)
                for key in ("injected", "failed_rollouts", "errors")},
-            "safety_dangerous": dangerous, "safety_benign": sum(safety.values()) - dangerous}
+            "safety_dangerous": dangerous, "safety_benign": sum(safety.values()) - dangerous,
+            "safety_contrast": sum(n for kind, n in safety.items()
+                                   if kind.startswith("benign_contrast_"))}
