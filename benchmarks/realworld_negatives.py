@@ -2,11 +2,13 @@
 figures on the corpus under `tests/mutators/realworld/`.
 
     .venv/bin/python benchmarks/realworld_negatives.py [--seeds 3] [--as-written-only]
-        [--only heldout] [--show 20]
+        [--only heldout2] [--show 20]
 
-`--only` keeps the cases whose origin contains the text: `heldout` (`specs_heldout.json`,
-written before the last round of rule changes and only measured), `untuned`, `specs_dev`.
-Prints one row per part of the corpus (tuned / untuned / heldout) and, over every gold call
+`--only` keeps one part of the corpus when given its name: `heldout2` (`specs_heldout2.json`,
+written after every rule change and measured once, untuned), `heldout` (`specs_heldout.json`,
+measured before the last round of rule changes, then tuned on), `untuned`, `tuned`; any
+other text keeps the cases whose origin contains it (`specs_dev`).
+Prints one row per part of the corpus (tuned / untuned / heldout / heldout2) and, over every gold call
 of every spec (and of its two restyled variants) and every seed:
 - false positives: gold calls the validator rejects (target 0);
 - all three kinds: calls with at least one argument that get a type_error, a
@@ -32,6 +34,7 @@ from tests.mutators.realworld.measure import corpus_set, measure, merged  # noqa
 
 TARGET_ALL_THREE = 0.97
 TARGET_WRONG = 0.005
+PARTS = ("tuned", "untuned", "heldout", "heldout2")
 
 
 def _verdict(ok: bool) -> str:
@@ -43,15 +46,16 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per call (0..N-1)")
     parser.add_argument("--as-written-only", action="store_true",
                         help="skip the two programmatic variants of each spec")
-    parser.add_argument("--only", default="", help="only cases whose origin contains this "
-                        "text (e.g. 'heldout', 'untuned', 'specs_dev')")
+    parser.add_argument("--only", default="", help="one part of the corpus (" + ", ".join(PARTS)
+                        + ") or cases whose origin contains this text (e.g. 'specs_dev')")
     parser.add_argument("--show", type=int, default=20, help="examples of each problem shown")
     args = parser.parse_args()
 
-    cases = [c for c in load_cases(variants=not args.as_written_only) if args.only in c.origin]
+    cases = [c for c in load_cases(variants=not args.as_written_only)
+             if (corpus_set(c) == args.only if args.only in PARTS else args.only in c.origin)]
     started = time.process_time()
     parts = {name: measure([c for c in cases if corpus_set(c) == name], seeds=range(args.seeds))
-             for name in ("tuned", "untuned", "heldout")}
+             for name in PARTS}
     figures = merged(list(parts.values()))
     seconds = time.process_time() - started
 

@@ -34,10 +34,13 @@ class Figures:
 
 
 def corpus_set(case: Case) -> str:
-    """Which part of the corpus a case is from: 'heldout' (`specs_heldout.json`, only
-    measured), 'untuned' (`specs_untuned.json`, measured once, then tuned on) or 'tuned'."""
+    """Which part of the corpus a case is from: 'heldout2' (`specs_heldout2.json`, written
+    after every rule change and measured once, untuned), 'heldout' (`specs_heldout.json`,
+    measured, then tuned on once), 'untuned' (`specs_untuned.json`, measured once, then
+    tuned on) or 'tuned'."""
     stem = case.origin.split("[", 1)[0]
-    return {"specs_heldout": "heldout", "specs_untuned": "untuned"}.get(stem, "tuned")
+    return {"specs_heldout2": "heldout2", "specs_heldout": "heldout",
+            "specs_untuned": "untuned"}.get(stem, "tuned")
 
 
 def merged(parts: list[Figures]) -> Figures:
