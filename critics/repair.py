@@ -122,9 +122,14 @@ def repair_failed(env: Environment, traj: Trajectory, critic: Critic,
                         "solution")
     replay(env, traj, index)
     original = traj.steps[index]
-    wrong = Step(original.reasoning, call=original.call, answer=original.answer)
+    # An LLM's turn keeps its raw text and turn error, so the repair shows (as its ERROR span)
+    # what the model really wrote - a malformed call included - not a re-rendering of it.
+    wrong = Step(original.reasoning, call=original.call, answer=original.answer,
+                 error=original.error, error_kind=original.error_kind, raw=original.raw)
     if original.call is not None:  # re-execute: the observation is what the env says now
         wrong.observation = env.step(original.call.as_dict())
+    elif original.error is not None:  # a malformed turn: the error the model was shown
+        wrong.observation = original.observation
     return build_repair(env, traj, list(traj.steps[:index]), wrong, critic, rng,
                         "failed_rollout")
 
