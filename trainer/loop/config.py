@@ -55,6 +55,8 @@ class StudentConfig(StrictModel):
 
     num_tasks: int = Field(48, ge=1, le=10_000_000, description="fresh tasks played per round; "
                            "only the failed ones become repairs, so a strong student needs more")
+    envs: tuple[str, ...] | None = Field(None, min_length=1, description="environments the "
+                                         "student plays (None = round 0's, with its weights)")
     chunk_size: int = Field(48, ge=1, description="tasks per generation chunk (unit of resume)")
     num_workers: int = Field(1, ge=1, description="chunk workers, each holding a copy of the "
                              "student (1 CPU each)")

@@ -70,6 +70,8 @@ def student_generate_config(config: LoopConfig, base: "GenerateConfig", index: i
         critics={**data["critics"], "enabled": True, "backend": config.critic.backend,
                  "llm": config.critic.llm, "inject_rate": 0.0, "repair_failed": True,
                  "safety_rate": 0.0})
+    if student.envs:
+        data["envs"] = [{"name": name} for name in student.envs]
     data.pop("preferences", None)
     return GenerateConfig.model_validate(data)
 

@@ -119,6 +119,7 @@ def run_loop(config: LoopConfig) -> LoopResult:
     plan.out.mkdir(parents=True, exist_ok=True)
     claim(plan.out, loop_fingerprint(plan.config), plan.config.model_dump(mode="json"))
     init_ray(plan.config.ray_address)
+    parquet_reader_without_actors()
     manifests: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
     stopped = f"ran {plan.config.rounds} rounds"
@@ -135,6 +136,18 @@ def run_loop(config: LoopConfig) -> LoopResult:
             stopped = reason
             break
     return LoopResult(str(plan.out), rows, stopped)
+
+
+def parquet_reader_without_actors() -> None:
+    """Ray Data 2.60's default Parquet reader (datasource v2) lists files in a 1-CPU task that
+    waits for footer-reading actors, each of which needs a free CPU to be placed. With the
+    training worker holding the other CPU of a 2-CPU node they never are, and the round hangs
+    (seen in this loop: ListFiles RUNNING, FooterReader x16 PENDING_CREATION, for 10 minutes).
+    The v1 reader reads footers inside its read tasks. Set on the driver's DataContext, which
+    the datasets of every `trainer fit` this process runs carry to their workers."""
+    import ray.data
+
+    ray.data.DataContext.get_current().use_datasource_v2 = False
 
 
 def stop_reason(config: LoopConfig, manifests: list[dict[str, Any]]) -> str | None:
