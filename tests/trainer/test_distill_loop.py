@@ -159,12 +159,15 @@ def test_repairs_come_from_the_students_failed_episodes(loop_run):
         assert not source["success"] and repair["success"] and repair["round"] == 1
         assert repair["task_id"] == source["task_id"]
         errors = [s for s in repair["spans"] if s["kind"] == "ERROR"]
-        assert [s["step"] for s in errors] == [repair["error_step"]]
-        # the ERROR span is what the student wrote at its first wrong step, not a rewrite
-        wrong = repair["text"][errors[0]["start"]:errors[0]["end"]]
-        source_act = [s for s in source["spans"]
-                      if s["kind"] == "ACT" and s["step"] == repair["error_step"]]
-        assert wrong == source["text"][source_act[0]["start"]:source_act[0]["end"]]
+        assert {s["step"] for s in errors} == {repair["error_step"]}
+        # ERROR (no loss) is what the student wrote at its first wrong step, reasoning and
+        # call, as it wrote it; nothing of that turn is a training target
+        wrong = "".join(repair["text"][s["start"]:s["end"]] for s in errors)
+        turn = [s for s in source["spans"]
+                if s["kind"] in ("REASON", "ACT") and s["step"] == repair["error_step"]]
+        assert wrong == "".join(source["text"][s["start"]:s["end"]] for s in turn)
+        assert not [s for s in repair["spans"] if s["kind"] in ("REASON", "ACT")
+                    and s["step"] == repair["error_step"]]
         assert repair["critique"] and any(s["kind"] == "REASON" and s["step"] ==
                                           repair["error_step"] + 1 for s in repair["spans"])
     mixed = pq.read_table(out / "round-001" / "mix" / "trajectories").to_pylist()
