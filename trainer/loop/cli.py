@@ -1,7 +1,8 @@
 """Command line of `python -m trainer loop --config FILE [--set key=value ...]`.
 
-Exit codes: 0 the loop ran (or was already done) and printed its round table; 2 the config
-cannot run (the message names the field), said before any work starts."""
+Exit codes: 0 the loop ran (or was already done) and printed its round table; 1 a phase of a
+round failed (one line: round, phase, cause; rerunning continues there); 2 the config cannot
+run (the message names the field), said before any work starts."""
 
 from __future__ import annotations
 
@@ -16,12 +17,16 @@ from trainer.config import ConfigError
 
 def _run(args: argparse.Namespace) -> int:
     from trainer.loop import load_loop_config, run_loop
+    from trainer.loop.run import PhaseFailed
 
     try:
         result = run_loop(load_loop_config(args.config, args.set))
     except (ConfigError, FileNotFoundError) as exc:
         print(f"trainer loop: {exc}", file=sys.stderr)
         return 2
+    except PhaseFailed as exc:
+        print(f"trainer loop: {exc}", file=sys.stderr)
+        return 1
     print(Path(result.out, "rounds.md").read_text(), end="")
     print(json.dumps({"out": result.out, "rounds": len(result.rows), "stopped": result.stopped}))
     return 0

@@ -162,6 +162,15 @@ def stop_reason(config: LoopConfig, manifests: list[dict[str, Any]]) -> str | No
     return None
 
 
+class PhaseFailed(RuntimeError):
+    """A phase of a round raised; rerunning the loop continues from that phase."""
+
+    def __init__(self, index: int, phase: str, cause: BaseException) -> None:
+        detail = (str(cause).strip().splitlines() or [""])[-1][:300]
+        super().__init__(f"round {index}, phase {phase}: {type(cause).__name__}: {detail} "
+                         f"(rerun the same command to continue from here)")
+
+
 class _Phases:
     """A round's phases: each runs once, its record kept on disk (see trainer.loop.rounds)."""
 
@@ -173,7 +182,12 @@ class _Phases:
         record = self.directory.done(name)
         if record is None:
             log.info("round %d: %s", self.directory.index, name)
-            record = work()
+            try:
+                record = work()
+            except (ConfigError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # a lost worker, OOM, a failed chunk: say where, go on later
+                raise PhaseFailed(self.directory.index, name, exc) from exc
             write_json(self.directory.record(name), record)
         self.records[name] = record
         return record
