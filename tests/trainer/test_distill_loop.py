@@ -199,7 +199,8 @@ def test_replay_share_and_a_seeded_mix(tmp_path):
 def test_stop_when_a_round_gains_less_than_the_threshold():
     config = load_loop_config(None, ["out=o", "round0.data=d", "train.config=c",
                                      "stop.min_gain=0.05"])
-    rounds = [{"round": 0, "eval": {"success_rate": 0.2}}, {"round": 1, "eval": {"success_rate": 0.3}}]
+    rounds = [{"round": 0, "eval": {"success_rate": 0.2}},
+              {"round": 1, "eval": {"success_rate": 0.3}}]
     assert stop_reason(config, rounds) is None
     rounds.append({"round": 2, "eval": {"success_rate": 0.32}})
     assert "round 2 gained +0.0200 success_rate" in stop_reason(config, rounds)

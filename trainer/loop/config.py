@@ -13,15 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from trainer.config import ConfigError, StrictModel, parse_override
 
-STOP_METRICS = ("success_rate", "next_call_exact_match", "act_token_accuracy",
-                "schema_valid_rate")
 
 
 class RoundZeroConfig(StrictModel):
@@ -144,9 +142,14 @@ class EvalSection(StrictModel):
     threads: int = Field(1, ge=0, description="torch CPU threads (0 = torch's default)")
 
 
+StopMetric = Literal["success_rate", "next_call_exact_match", "act_token_accuracy",
+                     "schema_valid_rate"]
+STOP_METRICS = get_args(StopMetric)
+
+
 class StopConfig(StrictModel):
-    metric: Literal[STOP_METRICS] = Field("success_rate", description="held-out metric whose "  # type: ignore[valid-type]
-                                          "gain decides whether to go on: " + ", ".join(STOP_METRICS))
+    metric: StopMetric = Field("success_rate", description="held-out metric whose gain "
+                               "decides whether to go on: " + ", ".join(STOP_METRICS))
     min_gain: float | None = Field(None, description="stop after a round that gains less than "
                                    "this over the round before (None = run all rounds)")
 

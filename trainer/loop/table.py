@@ -12,7 +12,8 @@ from typing import Any
 
 COLUMNS = (  # (header, key in the row, format)
     ("round", "round", "{}"), ("success", "success_rate", "{:.3f}"),
-    ("syntax err", "syntax_error_rate", "{:.3f}"), ("call exact", "next_call_exact_match", "{:.3f}"),
+    ("syntax err", "syntax_error_rate", "{:.3f}"),
+    ("call exact", "next_call_exact_match", "{:.3f}"),
     ("ACT acc", "act_token_accuracy", "{:.3f}"), ("schema valid", "schema_valid_rate", "{:.3f}"),
     ("ACT CE", "act_ce", "{:.3f}"), ("IRR", "irr", "{:.3f}"),
     ("rollouts", "rollouts", "{}"), ("rollout success", "rollout_success_rate", "{:.3f}"),
