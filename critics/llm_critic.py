@@ -41,6 +41,14 @@ CRITIC_INSTRUCTIONS = (
 )
 
 
+def _uncalled(request: CritiqueRequest) -> str:
+    """The failed step when it made no valid call: a malformed turn as written, or an answer."""
+    step = request.steps[request.error_step]
+    if step.error is not None and step.answer is None:
+        return f"(malformed turn: {step.error})\n{brief(step.raw or '', 400)}"
+    return "(no call: answered)"
+
+
 def render_prompt(request: CritiqueRequest) -> str:
     """The critic prompt: task, tools, the steps so far, the failed call and its response,
     and the validator's findings. The reference (gold) call is never shown."""
@@ -50,7 +58,7 @@ def render_prompt(request: CritiqueRequest) -> str:
         if step.call is not None:
             obs = step.observation.content if step.observation else ""
             history.append(f"[{index}] {render_call(step.call)}\n-> {brief(obs, 300)}")
-    wrong = render_call(request.wrong_call) if request.wrong_call else "(no call: answered)"
+    wrong = render_call(request.wrong_call) if request.wrong_call else _uncalled(request)
     obs = request.observation.content if request.observation else "(no response)"
     findings = "\n".join(f"- {e.message}" for e in request.errors) or "- none (schema-valid)"
     return (f"{CRITIC_INSTRUCTIONS}\n\n# Task\n{request.task.instruction}\n\n# Tools\n{tools}"

@@ -122,9 +122,14 @@ def repair_failed(env: Environment, traj: Trajectory, critic: Critic,
                         "solution")
     replay(env, traj, index)
     original = traj.steps[index]
-    wrong = Step(original.reasoning, call=original.call, answer=original.answer)
+    # An LLM's turn keeps its raw text and turn error, so the repair shows (as its ERROR span)
+    # what the model really wrote - a malformed call included - not a re-rendering of it.
+    wrong = Step(original.reasoning, call=original.call, answer=original.answer,
+                 error=original.error, error_kind=original.error_kind, raw=original.raw)
     if original.call is not None:  # re-execute: the observation is what the env says now
         wrong.observation = env.step(original.call.as_dict())
+    elif original.error is not None:  # a malformed turn: the error the model was shown
+        wrong.observation = original.observation
     return build_repair(env, traj, list(traj.steps[:index]), wrong, critic, rng,
                         "failed_rollout")
 
@@ -132,10 +137,16 @@ def repair_failed(env: Environment, traj: Trajectory, critic: Critic,
 def repair_spans(repair: Repair, rendered: tuple[str, list[Span]] | None = None
                  ) -> tuple[str, list[Span]]:
     """Text and spans of a repaired trajectory, the wrong call's ACT span relabelled ERROR
-    (`rendered`: the trajectory's own text and spans, left as they are)."""
+    (and its REASON too when the turn is a model's raw text; `rendered`: the trajectory's own
+    text and spans, left as they are)."""
     text, spans = rendered or render_trajectory(repair.traj)
+    # A model's own failed turn (raw text: a student's rollout) is wrong as a whole - a
+    # malformed turn has no call to isolate, and the reasoning led to the mistake - so its
+    # REASON is no training target either; a scripted teacher's reasoning before an injected
+    # call is sound and stays trained.
+    wrong = ("ACT", "REASON") if repair.traj.steps[repair.error_step].raw is not None else ("ACT",)
     return text, [Span(ERROR_SPAN, span.start, span.end, span.step)
-                  if span.kind == "ACT" and span.step == repair.error_step else span
+                  if span.kind in wrong and span.step == repair.error_step else span
                   for span in spans]
 
 

@@ -65,6 +65,9 @@ def _rule(request: CritiqueRequest) -> str:
 def rule_critic(request: CritiqueRequest, rng: random.Random) -> Critique:
     """Critique + corrected call for a failed step (the correction is the reference call)."""
     if request.wrong_call is None:
+        failed = request.steps[request.error_step]
+        if failed.error is not None and failed.answer is None:
+            return _malformed_turn(request, failed.error, rng)
         return _early_answer(request, rng)
     tool = request.wrong_call.name
     parts = [rng.choice(_OPEN).format(tool=tool)]
@@ -93,3 +96,19 @@ def _early_answer(request: CritiqueRequest, rng: random.Random) -> Critique:
         return Critique(text, None, "no reference call to correct with")
     return Critique(f"{text} I still need to {gold.purpose}, with `{gold.call.name}`.",
                     request.reference_call)
+
+
+_MALFORMED = ("My last turn was not a usable tool call: {error}.",
+              "That turn did not go through as a call ({error}).",
+              "I wrote something the tools cannot run: {error}.")
+
+
+def _malformed_turn(request: CritiqueRequest, error: str, rng: random.Random) -> Critique:
+    """A turn that failed before reaching a tool (unparsable, unknown tool, invalid or cut-off
+    call), as an LLM student writes them: name the failure, then the call the step needs."""
+    text = rng.choice(_MALFORMED).format(error=brief(error, 120))
+    if request.reference_call is None:
+        return Critique(text, None, "no reference call to correct with")
+    gold = request.task.gold[request.error_step]
+    return Critique(f"{text} This step needs to {gold.purpose}, so I'll call "
+                    f"`{gold.call.name}` with well-formed arguments.", request.reference_call)

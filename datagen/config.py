@@ -193,6 +193,10 @@ class GenerateConfig(StrictModel):
     envs: list[EnvConfig] = Field(default_factory=lambda: [EnvConfig(name=n) for n in
                                   DEFAULT_ENVS], min_length=1)
     teacher: TeacherConfig = Field(default_factory=TeacherConfig)
+    round: int = Field(0, ge=0, le=32_767, description="distillation round written on every "
+                       "row (`round` column, int16) and mixed into trajectory ids: 0 = teacher "
+                       "data; r >= 1 = a student's rollouts in round r of the loop "
+                       "(`python -m trainer loop`)")
     negatives: NegativesConfig = Field(default_factory=NegativesConfig)
     critics: CriticsConfig = Field(default_factory=CriticsConfig)
     preferences: PreferencesConfig = Field(default_factory=PreferencesConfig)
@@ -302,6 +306,8 @@ def public_dump(config: GenerateConfig) -> dict[str, Any]:
         # Left out at its default, so every OUT written before the section existed keeps
         # its fingerprint (and resumes); a compact layout is another config.
         del dump["preferences"]
+    if dump["round"] == 0:
+        del dump["round"]  # the same: round 0 is what every OUT before the field holds
     return redact_credentials(dump)
 
 

@@ -1,5 +1,6 @@
-"""Command line: `python -m trainer fit --config FILE [--set key=value ...]` and
-`python -m trainer eval --checkpoint DIR [...]` (see trainer.eval)."""
+"""Command line: `python -m trainer fit --config FILE [--set key=value ...]`,
+`python -m trainer eval --checkpoint DIR [...]` (see trainer.eval) and
+`python -m trainer loop --config FILE [--set key=value ...]` (see trainer.loop)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,10 @@ def main(argv: list[str] | None = None) -> int:
                             help="override a field, e.g. --set run.max_steps=100")
     fit_parser.set_defaults(handler=_fit)
     from trainer.eval import add_eval_command
+    from trainer.loop.cli import add_loop_command
 
     add_eval_command(commands)
+    add_loop_command(commands)
     args = parser.parse_args(argv)
     return args.handler(args)
 

@@ -133,13 +133,13 @@ class ChunkProcessor:
     def _rollout_slice(self, start: int, stop: int) -> list[Trajectory]:
         items = self.source.generate(start, stop, self.envs)
         tasks = [item for item in items if isinstance(item, Task)]
-        done = iter(self.teacher.rollout_batch(tasks, self.envs))
+        done = iter(self.teacher.rollout_batch(tasks, self.envs, self.config.round))
         return [next(done) if isinstance(item, Task) else self._task_failure(item)
                 for item in items]
 
     def _task_failure(self, item: TaskError) -> Trajectory:
         exc = RuntimeError(f"task generation failed: {item.error}")
-        return failed_trajectory(item.as_task(), self.teacher.name, 0, exc,
+        return failed_trajectory(item.as_task(), self.teacher.name, self.config.round, exc,
                                  tools=self.envs.get(item.env).tools(),
                                  kind="task_generation_failed")
 

@@ -1,0 +1,225 @@
+"""`python -m trainer loop` at the smallest size, on the session's local Ray: round 0 (oracle
+data -> SAD -> held-out eval) and round 1 (round 0's student plays fresh tasks, the rule critic
+repairs its failures, the student trains on them plus replay, eval).
+
+One loop run serves the end-to-end tests: it is started as a subprocess, killed while round 1
+is under way (after round 0 is complete), and rerun in-process to the end, so the same run
+shows that a killed loop continues without redoing a complete round."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from trainer.config import ConfigError
+from trainer.loop import load_loop_config
+from trainer.loop.mix import build_mix, replay_count
+from trainer.loop.run import make_plan, stop_reason
+
+ROOT = Path(__file__).resolve().parents[2]
+KILL_TIMEOUT_S = 900  # generous: the shared CI host runs at load 20-50
+
+
+def _write_configs(tmp: Path, tokenizer: Path) -> Path:
+    (tmp / "gen.yaml").write_text(yaml.safe_dump({
+        "num_trajectories": 24, "chunk_size": 24, "envs": [{"name": "sql"}], "seed": 5,
+        "negatives": {"enabled": False}, "critics": {"enabled": False}, "num_workers": 1}))
+    loop = {
+        "out": str(tmp / "loop"), "rounds": 2, "seed": 0,
+        "round0": {"generate": str(tmp / "gen.yaml")},
+        "student": {"num_tasks": 6, "chunk_size": 6, "max_turns": 2, "max_tokens_per_turn": 12,
+                    "temperature": 1.0, "max_batch_size": 6},
+        "train": {"config": str(ROOT / "configs" / "train_tiny.yaml"),
+                  "set": [f"tokenizer={tokenizer}", "run.progress=false", "run.save_every=0",
+                          "data.max_seq_len=1024", "data.batch_size=2", "data.mch_rows=0",
+                          "data.bucket_pool_batches=2", "model.use_mch=false",
+                          "optim.warmup_steps=1"],
+                  "round0_steps": 3, "steps_per_round": 2, "replay_share": 0.5},
+        "eval": {"envs": ["sql"], "num_tasks": 2, "max_steps": 2, "max_new_tokens": 8,
+                 "batch_size": 2, "threads": 1}}
+    path = tmp / "loop.yaml"
+    path.write_text(yaml.safe_dump(loop))
+    return path
+
+
+@pytest.fixture(scope="module")
+def loop_tokenizer(tmp_path_factory) -> Path:
+    """A 4k `lines` BPE (the tiny builder's vocabulary): an oracle trajectory is ~450 tokens."""
+    from datagen.tokenizer import build_bpe_tokenizer
+    from tests.datagen.helpers import oracle_texts
+
+    out = tmp_path_factory.mktemp("loop_tokenizer")
+    build_bpe_tokenizer(oracle_texts(40), vocab_size=4000, out_dir=out, pretokenizer="lines")
+    return out
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the loop exited ({proc.returncode}) before {path} appeared:\n"
+                                 + log.read_text(errors="replace")[-3000:])
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} did not appear within {timeout} s")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def loop_run(ray_head, loop_tokenizer, tmp_path_factory):
+    """The loop killed in round 1, then rerun to the end; what the kill left, and the result."""
+    from trainer.loop import run_loop
+
+    tmp = tmp_path_factory.mktemp("loop")
+    config_path = _write_configs(tmp, loop_tokenizer)
+    out = tmp / "loop"
+    log = (tmp / "killed_loop.log").open("wb")  # its stderr, read when it fails
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", "loop", "--config", str(config_path)],
+                            cwd=ROOT, env={**ray_head.env, "RAY_ADDRESS": ray_head.address},
+                            stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    try:
+        _wait_for(out / "round-001" / "generate.json", proc, tmp / "killed_loop.log",
+                  KILL_TIMEOUT_S)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.close()
+    killed = {"round0": (out / "round-000" / "round.json").stat().st_mtime_ns,
+              "generate": (out / "round-001" / "generate.json").stat().st_mtime_ns,
+              "round1_complete": (out / "round-001" / "round.json").exists(),
+              "rows": (out / "rounds.jsonl").read_text().splitlines()}
+    result = run_loop(load_loop_config(config_path))
+    return out, killed, result
+
+
+def test_round_zero_then_round_one_end_to_end(loop_run):
+    out, _, result = loop_run
+    assert [row["round"] for row in result.rows] == [0, 1] and result.stopped == "ran 2 rounds"
+    table = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
+    assert table == json.loads(json.dumps(result.rows))
+    zero, one = table
+    assert zero["train_steps"] == 3 and one["train_steps"] == 2
+    for row in table:  # every figure of the round table measured on the same held-out tasks
+        assert row["eval_tasks"] == 2 and 0 <= row["success_rate"] <= 1
+        assert row["act_ce"] > 0 and row["syntax_error_rate"] is not None
+    assert one["rollouts"] == 6 and one["repairs"] >= 1
+    assert one["train_rows"] == one["repairs"] + one["replay_rows"]
+    assert one["replay_rows"] == replay_count(one["repairs"], 0.5, 24)
+    assert one["checkpoint"].startswith(str(out / "round-001" / "train"))
+    assert (out / "rounds.md").read_text().startswith("| round | success |")
+    reports = [json.loads((out / f"round-00{i}" / "eval.json").read_text()) for i in (0, 1)]
+    assert reports[0]["tasks"]["ids_sha256"] == reports[1]["tasks"]["ids_sha256"]
+    assert reports[1]["tasks"]["leak_check"]["shards"][-1] == str(out / "round-001" / "data")
+
+
+def test_round_one_trains_from_round_zeros_student(loop_run):
+    import torch
+    from safetensors.torch import load_file
+
+    out, _, result = loop_run
+    zero, one = (Path(row["checkpoint"]) for row in result.rows)
+    config = json.loads((out / "round-001" / "generate.json").read_text())
+    assert config["teacher"] == "policy" and config["round"] == 1 and config["seed"] == 6
+    before, after = load_file(zero / "model.safetensors"), load_file(one / "model.safetensors")
+    assert before.keys() == after.keys()
+    changed = [name for name in before if not torch.equal(before[name], after[name])]
+    assert changed  # trained on from round 0's weights (init_from), not a fresh model
+    assert max((before[n] - after[n]).abs().max().item() for n in changed) < 0.1
+
+
+def test_killed_loop_continues_without_redoing_a_complete_round(loop_run):
+    out, killed, _ = loop_run
+    assert not killed["round1_complete"] and len(killed["rows"]) == 1
+    assert (out / "round-000" / "round.json").stat().st_mtime_ns == killed["round0"]
+    assert (out / "round-001" / "generate.json").stat().st_mtime_ns == killed["generate"]
+    assert json.loads(killed["rows"][0])["round"] == 0
+    trajectories = list((out / "round-001" / "data" / "trajectories").glob("part-*.parquet"))
+    assert len(trajectories) == 1  # the student's rollouts: generated once, not again
+
+
+def test_repairs_come_from_the_students_failed_episodes(loop_run):
+    out, _, result = loop_run
+    data = out / "round-001" / "data"
+    students = pq.read_table(data / "trajectories").to_pylist()
+    repairs = pq.read_table(data / "repairs").to_pylist()
+    by_id = {row["id"]: row for row in students}
+    assert {row["round"] for row in students} == {1}
+    assert {row["teacher"] for row in students} == {"student-r0"}
+    assert len(repairs) == result.rows[1]["repairs"]
+    for repair in repairs:
+        source = by_id[repair["source_id"]]  # a real rollout of this round's student
+        assert not source["success"] and repair["success"] and repair["round"] == 1
+        assert repair["task_id"] == source["task_id"]
+        errors = [s for s in repair["spans"] if s["kind"] == "ERROR"]
+        assert {s["step"] for s in errors} == {repair["error_step"]}
+        # ERROR (no loss) is what the student wrote at its first wrong step, reasoning and
+        # call, as it wrote it; nothing of that turn is a training target
+        wrong = "".join(repair["text"][s["start"]:s["end"]] for s in errors)
+        turn = [s for s in source["spans"]
+                if s["kind"] in ("REASON", "ACT") and s["step"] == repair["error_step"]]
+        assert wrong == "".join(source["text"][s["start"]:s["end"]] for s in turn)
+        assert not [s for s in repair["spans"] if s["kind"] in ("REASON", "ACT")
+                    and s["step"] == repair["error_step"]]
+        assert repair["critique"] and any(s["kind"] == "REASON" and s["step"] ==
+                                          repair["error_step"] + 1 for s in repair["spans"])
+    mixed = pq.read_table(out / "round-001" / "mix" / "trajectories").to_pylist()
+    new = [row for row in mixed if row["mix_origin"] == "new"]
+    assert sorted(row["id"] for row in new) == sorted(row["id"] for row in repairs)
+    assert all(row["round"] == 0 for row in mixed if row["mix_origin"] == "replay")
+
+
+# -- without Ray ------------------------------------------------------------------------------
+
+def test_replay_share_and_a_seeded_mix(tmp_path):
+    import pyarrow as pa
+
+    assert replay_count(10, 0.5, 100) == 10 and replay_count(10, 0.2, 100) == 2
+    assert replay_count(10, 0.5, 3) == 3 and replay_count(0, 0.5, 100) == 0
+    columns = {"id": ["a", "b"], "text": ["x", "y"], "spans": [[], []], "success": [True, True],
+               "n_steps": [1, 1]}
+    new = pa.table(columns)
+    pool = pa.table({**columns, "id": ["p", "q"]})
+    counts = build_mix(tmp_path / "m", new, pool, 0.5, seed=1)
+    assert counts == {"new_rows": 2, "replay_rows": 2, "replay_pool": 2, "rows": 4,
+                      "replay_share": 0.5}
+    again = build_mix(tmp_path / "n", new, pool, 0.5, seed=1)
+    first = pq.read_table(tmp_path / "m" / "trajectories").column("id").to_pylist()
+    assert counts == again and first == pq.read_table(tmp_path / "n" / "trajectories") \
+        .column("id").to_pylist()
+
+
+def test_stop_when_a_round_gains_less_than_the_threshold():
+    config = load_loop_config(None, ["out=o", "round0.data=d", "train.config=c",
+                                     "stop.min_gain=0.05"])
+    rounds = [{"round": 0, "eval": {"success_rate": 0.2}},
+              {"round": 1, "eval": {"success_rate": 0.3}}]
+    assert stop_reason(config, rounds) is None
+    rounds.append({"round": 2, "eval": {"success_rate": 0.32}})
+    assert "round 2 gained +0.0200 success_rate" in stop_reason(config, rounds)
+    unlimited = load_loop_config(None, ["out=o", "round0.data=d", "train.config=c"])
+    assert stop_reason(unlimited, rounds) is None
+
+
+def test_bad_configs_fail_before_any_work_naming_the_field(tmp_path, loop_tokenizer):
+    path = _write_configs(tmp_path, loop_tokenizer)
+    with pytest.raises(ConfigError, match="student.num_taks: unknown field"):
+        load_loop_config(path, ["student.num_taks=3"])
+    with pytest.raises(ConfigError, match="critic: critic.backend 'llm' needs critic.llm"):
+        load_loop_config(path, ["critic.backend=llm"])
+    with pytest.raises(ConfigError, match="(?s)train: .*data.batch_size"):
+        make_plan(load_loop_config(path, ["train.set=[data.batch_size=0]"]))
+    with pytest.raises(ConfigError, match="tokenizer .* is not a directory"):
+        make_plan(load_loop_config(path, [f"train.set=[tokenizer={tmp_path}/none]"]))
+    with pytest.raises(ConfigError, match="round0.checkpoint"):
+        make_plan(load_loop_config(path, [f"round0.checkpoint={tmp_path}"]))
+    with pytest.raises(ConfigError, match="(?s)student/critic: .*critics"):
+        make_plan(load_loop_config(path, ["critic.backend=llm", "critic.llm={backend: oracle}"]))
+    assert not (tmp_path / "loop").exists()  # nothing was started

@@ -1,0 +1,44 @@
+"""Every round's student on the same held-out tasks (`trainer eval`), and the figures of the
+round table taken from its report."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from trainer.loop.config import EvalSection
+
+STEP_METRICS = ("next_call_exact_match", "act_token_accuracy", "right_tool_rate",
+                "schema_valid_rate", "reason_ce", "act_ce")
+
+
+def run_eval(section: EvalSection, checkpoint: str, training_roots: list[str]) -> dict[str, Any]:
+    """The full `trainer eval` report (step level, episodes, IRR when asked; the preference
+    and safety sections are left to `trainer eval` itself). `training_roots`: every OUT the
+    student has trained on, checked against the held-out tasks."""
+    from trainer.eval import EvalConfig, evaluate
+
+    config = EvalConfig(checkpoint=checkpoint, envs=section.envs, num_tasks=section.num_tasks,
+                        eval_seed=section.eval_seed, shards=tuple(training_roots),
+                        preferences=False, negatives=False, safety=False,
+                        irr_tasks=section.irr_tasks, max_steps=section.max_steps,
+                        max_new_tokens=section.max_new_tokens, batch_size=section.batch_size,
+                        threads=section.threads)
+    started = time.perf_counter()
+    report = evaluate(config)
+    report["wall_seconds"] = time.perf_counter() - started
+    return report
+
+
+def headline(report: dict[str, Any]) -> dict[str, Any]:
+    """The round table's eval figures: episode success and syntax-error rate, step-level
+    metrics, IRR (None when not measured)."""
+    episodes = report.get("episodes", {})
+    steps = report.get("step_level", {})
+    irr = report.get("irr", {}).get("overall", {}) if report.get("irr") else {}
+    return {"success_rate": episodes.get("success_rate"),
+            "syntax_error_rate": episodes.get("syntax_error_rate"),
+            "mean_steps": episodes.get("mean_steps"),
+            **{name: steps.get(name) for name in STEP_METRICS},
+            "irr": irr.get("irr") if irr.get("n") else None, "irr_n": irr.get("n"),
+            "eval_tasks": report.get("tasks", {}).get("count")}
