@@ -211,6 +211,11 @@ class LocalCluster:
         if result.returncode != 0:
             raise RuntimeError(f"no job agent after {timeout_s:g}s: {result.stderr[-2000:]}")
 
+    def _ours(self, cmdline: list[str]) -> bool:
+        gcs = self.address or "-"
+        return any(self.temp_dir in part or part == gcs or part.endswith(f"={gcs}")
+                   for part in cmdline)
+
     def stop(self) -> None:
         """Kill the worker nodes' groups, then everything started under this head's temp
         dir (`ray stop` would stop every Ray on the host)."""
