@@ -41,7 +41,7 @@ from datagen.teachers.episode import EnvLeases, EpisodeRunner, Generation, TurnB
 from datagen.types import Task, Trajectory, stable_hash
 
 ENGINE_MAX_RESTARTS = 3  # Ray restarts a dead engine actor this often over the run
-ENGINE_BATCH_ATTEMPTS = 2  # a batch whose engine died is run once more, by the restarted one
+ENGINE_BATCH_ATTEMPTS = 3  # a batch whose engine died is run again by the restarted one
 
 
 class EngineLost(RuntimeError):
