@@ -41,7 +41,8 @@ def _port_flags(names: tuple[str, ...]) -> list[str]:
 # A driver that answers probes of the cluster's state, one JSON line per expression read.
 _PROBER = """
 import collections, json, sys, ray, ray.util.state
-ray.init(address=%r, logging_level="ERROR", log_to_driver=False)
+ADDRESS = %r
+ray.init(address=ADDRESS, logging_level="ERROR", log_to_driver=False)
 for line in sys.stdin:
     try:
         print("PROBE=" + json.dumps(eval(line)), flush=True)
@@ -156,7 +157,8 @@ class LocalCluster:
     def running_chunks(self) -> dict[str, int]:
         """Node id -> chunks being processed there now (ChunkWorker.process tasks running)."""
         return self._probe(
-            "collections.Counter(t.node_id for t in ray.util.state.list_tasks(filters=["
+            "collections.Counter(t.node_id for t in ray.util.state.list_tasks(address=ADDRESS, "
+            "filters=["
             "('name', '=', 'ChunkWorker.process'), ('state', '=', 'RUNNING')], detail=True))")
 
     def _probe(self, expression: str):
