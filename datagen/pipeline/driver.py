@@ -174,7 +174,7 @@ def _generate_locked(config: GenerateConfig, fp: str, address: str | None,
                                         stage_stats(stages, records),
                                         [{"name": s.name, "tables": [t.name for t in s.tables]}
                                          for s in stages])
-    if working_dir is not None and config.out.startswith(_cwd_prefix()):
+    if working_dir is not None and config.out.startswith(_cwd_prefix() or "\x00"):
         run.notes.append(f"OUT {config.out} lies in this Ray job's working directory, a per-node "
                          "copy that Ray deletes with the session: give --out an absolute path "
                          "on shared storage")
@@ -185,5 +185,11 @@ def _generate_locked(config: GenerateConfig, fp: str, address: str | None,
     return summary
 
 
-def _cwd_prefix() -> str:
-    return os.path.join(os.getcwd(), "")
+def _cwd_prefix() -> str | None:
+    """This process's directory with a trailing separator; None when it was deleted under us
+    (Ray removes a job's working_dir copy when it thinks no one uses it any more): the data
+    is written by then, so a missing cwd must not turn a complete run into a traceback."""
+    try:
+        return os.path.join(os.getcwd(), "")
+    except FileNotFoundError:
+        return None

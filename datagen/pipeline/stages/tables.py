@@ -26,7 +26,8 @@ _TRAJECTORY_COLUMNS = {
     "error": "why the episode failed (null when it did not)",
     "error_kind": "the failure's kind, to count by: task_generation_failed, rollout_raised, "
                   "tool_raised, checker_rejected; LLM teachers: wrong_answer, max_turns, "
-                  "invalid_arguments, unknown_tool, invalid_json, truncated, ... (null on success)",
+                  "engine_lost, invalid_arguments, unknown_tool, invalid_json, truncated, ... "
+                  "(null on success)",
     "n_steps": "tool calls in the trajectory",
     "teacher": "who produced it",
     "round": "distillation round",

@@ -58,3 +58,37 @@ def test_pipeline_with_engine_actor_writes_aligned_topk(vllm_teacher, teacher_co
                                         row["span_ids"], row["teacher_topk_ids"],
                                         row["teacher_topk_logprobs"], K)
         assert generated == meta["completion_tokens"]
+
+
+def test_a_killed_engine_is_restarted_and_its_batch_rerun(vllm_teacher, ray_head):
+    """Last in the module: it costs one more engine start. SIGKILL of the engine actor's
+    process mid-batch: Ray restarts the actor (`max_restarts`), the client resends the batch,
+    every episode comes back from the new engine, and the dead engine's own processes (vLLM's
+    engine core) do not outlive it."""
+    import os
+    import signal
+    import threading
+
+    import psutil
+    from ray.util.state import list_actors
+
+    vllm_teacher.engines()
+    (actor,) = list_actors(address=ray_head.address, filters=[
+        ("class_name", "=", "VLLMEngineActor"), ("state", "=", "ALIVE")])
+    engine_procs = [psutil.Process(actor.pid), *psutil.Process(actor.pid).children(recursive=True)]
+    tasks = make_tasks(8, envs=("sql",))
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.setdefault(
+        "value", vllm_teacher.rollout_batch(tasks)), daemon=True)
+    thread.start()
+    time.sleep(0.5)
+    assert thread.is_alive(), "the kill must land while the batch is in flight"
+    os.kill(actor.pid, signal.SIGKILL)
+    thread.join(timeout=400)
+    assert not thread.is_alive(), "the batch never came back"
+    trajectories = result["value"]
+    assert [t.task.id for t in trajectories] == [t.id for t in tasks]
+    for traj in trajectories:
+        assert traj.error_kind != "engine_lost" and traj.meta["backend"] == "vllm", traj.error
+    _, orphans = psutil.wait_procs(engine_procs, timeout=60)
+    assert not orphans, f"processes of the killed engine still run: {orphans}"
