@@ -34,7 +34,7 @@ from trainer.config import TrainConfig
 from trainer.contract import ACT, ERROR
 from trainer.curriculum import CurriculumSampler
 from trainer.data import DataSettings, build_dataset as build_stream, lm_complexities
-from trainer.distributed import any_rank, gather_lists, reduce_metrics
+from trainer.distributed import any_rank, gather_lists, reduce_metrics, start_worker
 from trainer.engines import DDPEngine, world_size
 from trainer.losses import (LossSettings, TeacherSignal, balanced_mch_loss, make_loss_fn,
                             pcgrad_combine)
@@ -210,13 +210,7 @@ def _pcgrad_backward(cfg: TrainConfig, engine: DDPEngine, parts: dict[str, torch
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Entry point of every worker; `loop_config` = {"train": TrainConfig as JSON,
     "curriculum_quantiles": [...] or None}."""
-    import ray.train
-    import ray.train.torch
-
-    cfg = TrainConfig.model_validate(loop_config["train"])
-    context = ray.train.get_context()
-    rank = context.get_world_rank()
-    device = ray.train.torch.get_device()
+    cfg, context, rank, device = start_worker(loop_config)
     with resume_directory() as resume_dir:
         student = start_student(cfg, resume_dir, cfg.data.batch_size)
     engine, position = student.engine, student.position
