@@ -233,6 +233,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     while position.step < cfg.run.max_steps:
         epoch, index, documents = next(stream)
         position.epoch, position.batch_in_epoch = epoch, index + 1
+        fingerprint = documents.fingerprint()  # the stream row's, before the curriculum
         admitted = 1.0
         if sampler is not None:
             keep = sampler.admit(torch.from_numpy(documents.complexity), position.step).numpy()
@@ -242,7 +243,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
                 continue
         batch = {name: value.to(device) for name, value in collate.tensors(documents).items()}
         metrics, scored = forward_backward(cfg, engine, batch, teacher)
-        gathered = gather_lists(scored)
+        gathered = gather_lists({**scored, "batches": [fingerprint]})
         running_auroc.update(gathered["mch_scores"], gathered["mch_step_labels"])
         lr = engine.lr  # the rate this step uses (step() advances the schedule)
         metrics["grad_norm"] = engine.step()
@@ -255,7 +256,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         elapsed, last = now - last, now
         record = _record(metrics, position, lr, elapsed, admitted, flops_per_token, peak,
                          context.get_world_size())
-        record["mch_auroc"] = rounded(running_auroc.value())
+        record.update(mch_auroc=rounded(running_auroc.value()), batches=gathered["batches"])
         reports.step(record)
     reports.close()
 
