@@ -7,6 +7,7 @@ fingerprint of the micro-batch it trained)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -43,12 +44,19 @@ def _train_worker_pids(head) -> list[int]:
     return [actor.pid for actor in alive]
 
 
-def _wait_for_step(path, step: int, timeout: float) -> None:
-    """Until metrics.jsonl has a record past `step` (the checkpoint before it is reported)."""
-    deadline = time.time() + timeout
+def _wait_for_step(head, job_id: str, path, step: int, timeout: float) -> None:
+    """Until metrics.jsonl has a record past `step`; fails at once if the job ended first."""
+    deadline, next_status = time.time() + timeout, time.time() + 5
     while time.time() < deadline:
         if any(record["step"] > step for record in read_metrics(path)):
             return
+        if time.time() > next_status:
+            status = _job(head, "status", job_id).stdout
+            if re.search(r"failed|stopped|succeeded", status, re.IGNORECASE):
+                logs = _job(head, "logs", job_id).stdout
+                raise AssertionError(f"the job ended before step {step + 1}:\n{status}"
+                                     f"{logs[-3000:]}")
+            next_status = time.time() + 5
         time.sleep(0.05)
     raise AssertionError(f"no training step past {step} within {timeout} s")
 
@@ -61,10 +69,11 @@ def test_a_killed_train_worker_resumes_from_the_latest_checkpoint(ray_head, pipe
                                entrypoint=_fit_entrypoint(run_dir, pipeline_out, trainer_tokenizer))
     assert submitted.returncode == 0, submitted.stdout[-2000:] + submitted.stderr[-2000:]
     try:
-        _wait_for_step(metrics, 0, timeout=420)  # job start, Ray Data, model: 3.5 min at load 54
+        # job start, Ray Data, the model: 3.5 min at load 54
+        _wait_for_step(ray_head, job_id, metrics, 0, timeout=420)
         pids = _train_worker_pids(ray_head)  # while it trains, so that the kill is quick
         assert len(pids) == 1, pids
-        _wait_for_step(metrics, SAVE_EVERY, timeout=60)
+        _wait_for_step(ray_head, job_id, metrics, SAVE_EVERY, timeout=60)
         os.kill(pids[0], signal.SIGKILL)
         killed_at = time.time()
         dead_leg = {record["step"]: record for record in read_metrics(metrics)}
