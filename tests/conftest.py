@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,29 @@ class RayHead:
     address: str        # GCS address for ray.init / --address
     dashboard: str      # http address for `ray job submit`
     env: dict           # environment with the auth token, for subprocesses
+
+
+def submit_to_head(head: RayHead, command: list[str], env: dict | None = None,
+                   timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run a command that submits a Ray job to `head` (`ray job submit`, cluster/submit.sh);
+    retried while a just-started head answers 500 because its job agent has not registered
+    yet (the job was not created, so retrying submits it once)."""
+    for _ in range(12):
+        result = subprocess.run(command, cwd=ROOT, env=env or head.env, capture_output=True,
+                                text=True, timeout=timeout)
+        if "No available agent to submit job" not in result.stderr + result.stdout:
+            break
+        time.sleep(5)
+    return result
+
+
+def ray_job_submit(head: RayHead, *options: str, entrypoint: list[str],
+                   timeout: float = 300) -> subprocess.CompletedProcess:
+    """`ray job submit --working-dir . [options] -- entrypoint` against `head`, as a user runs
+    it (the CLI reads the token from the environment)."""
+    return submit_to_head(head, [RAY_BIN, "job", "submit", "--address", head.dashboard,
+                                 "--working-dir", ".", *options, "--", *entrypoint],
+                          timeout=timeout)
 
 
 def _free_port() -> int:

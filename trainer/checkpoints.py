@@ -8,7 +8,8 @@ Checkpoint layout (one directory per report, kept by Ray Train under run_dir):
 A rerun into the same run_dir gets the latest checkpoint from `ray.train.get_checkpoint()`
 and continues: step count, optimizer and scheduler state, and the position in the data
 stream (`resumed_stream` skips the micro-batches the checkpointed steps consumed), so no
-micro-batch is trained twice within an epoch.
+micro-batch is trained twice within an epoch. A worker group that Ray Train restarts after a
+worker died (`run.max_failures`) resumes the same way, from the latest checkpoint.
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ def report_checkpoint(engine: Any, tokenizer: Any, position: Position, metrics: 
         writes = rank == 0 or deepspeed  # DeepSpeed ranks each contribute their shards
         checkpoint = ray.train.Checkpoint.from_directory(str(directory)) if writes else None
         ray.train.report(metrics, checkpoint=checkpoint)
+        # The controller takes a report from the worker's one-slot queue when it polls (every
+        # 2 s); until then the checkpoint is on storage but not registered, and a worker
+        # killed meanwhile restarted from the one before (seen: from step 0, killed at step 5
+        # a second after step 4's checkpoint). A second report returns once the first is taken.
+        ray.train.report(metrics)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

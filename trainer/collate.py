@@ -13,6 +13,7 @@ per-token `lm_weight` [R, W] instead of per-row weight and complexity).
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,14 @@ class Documents:
 
     def __len__(self) -> int:
         return len(self.input_ids)
+
+    def fingerprint(self) -> int:
+        """A checksum of the documents' token ids (metrics.jsonl `batches`), so a resumed run
+        can be checked for micro-batches trained twice."""
+        checksum = 0
+        for ids in self.input_ids:
+            checksum = zlib.crc32(np.ascontiguousarray(ids, dtype=np.int64).tobytes(), checksum)
+        return checksum
 
     def select(self, keep: np.ndarray) -> "Documents":
         """The documents where `keep` is true."""

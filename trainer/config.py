@@ -286,6 +286,12 @@ class RunConfig(StrictModel):
     max_steps: int = Field(40, ge=1, description="optimizer steps (a resumed run continues to this)")
     save_every: int = Field(0, ge=0, description="checkpoint every N steps (0 = only at the end)")
     keep_checkpoints: int = Field(2, ge=1)
+    max_failures: int = Field(0, ge=0, le=100, description="times Ray Train restarts the "
+                              "worker group after a worker dies (killed, OOM, its node lost; "
+                              "preemptions the cloud announces count apart, in Ray's "
+                              "max_preemption_failures): each restart resumes from the latest "
+                              "checkpoint, so save_every bounds the steps trained again; "
+                              "0 = a dead worker fails the job")
     seed: int = 0
     progress: bool = True
     mch_auroc_window: int = Field(512, ge=2, description="labelled MCH steps behind the "

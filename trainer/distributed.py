@@ -1,14 +1,33 @@
-"""Collectives the recipes use for metrics and for keeping ranks in step (gloo or NCCL;
-no-ops on one worker)."""
+"""What every recipe's Ray Train worker does first (`start_worker`), and the collectives the
+recipes use for metrics and for keeping ranks in step (gloo or NCCL; no-ops on one worker)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import torch
 import torch.distributed as dist
 
+from trainer.config import TrainConfig
 from trainer.engines import world_size
+
+
+class WorkerStart(NamedTuple):
+    cfg: TrainConfig
+    context: Any            # ray.train's TrainContext (world rank and size)
+    rank: int
+    device: torch.device
+
+
+def start_worker(loop_config: dict[str, Any]) -> WorkerStart:
+    """The prologue of every recipe's train_loop_per_worker: the TrainConfig the driver sent
+    (`loop_config["train"]`), this worker's Ray Train context, rank and device."""
+    import ray.train
+    import ray.train.torch
+
+    context = ray.train.get_context()
+    return WorkerStart(TrainConfig.model_validate(loop_config["train"]), context,
+                       context.get_world_rank(), ray.train.torch.get_device())
 
 
 def any_rank(flag: bool, device: torch.device) -> bool:

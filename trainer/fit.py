@@ -11,6 +11,9 @@ Topology (readable here, in one place):
              actors (trainer.rl.rollout, `ppo.rollout_workers` x `ppo.rollout_cpus` CPUs)
     storage: run_dir = Ray Train's storage_path/name: checkpoints + run state; rerunning with
              the same run_dir resumes from the latest checkpoint; metrics.jsonl beside them
+    faults:  a dead worker (killed, OOM, node lost) restarts the worker group up to
+             `run.max_failures` times, each time from the latest checkpoint (same resume
+             path as a rerun); past that, the job fails and a rerun resumes
 
 CPU sizing: Ray Data needs a CPU of its own to read and tokenise; a 2-CPU machine runs one
 1-CPU worker (two 1-CPU workers starve the reader).
@@ -123,6 +126,7 @@ def fit(cfg: TrainConfig) -> FitResult:
         run_config=ray.train.RunConfig(
             name=run_dir.name, storage_path=str(run_dir.parent),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
+            failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
             worker_runtime_env={"env_vars": worker_env} if worker_env else None),
         # ppo has no dataset: its data are the rollouts it plays in the loop
         **({"datasets": {"train": dataset}, "dataset_config": ordered_ingest()}

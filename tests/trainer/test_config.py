@@ -40,6 +40,8 @@ def test_overrides_are_typed_and_dotted():
     ("data.tables=[repairs, repairs]", "lists a table twice"),
     ("data.table_weights={repairs: 0.5}", "names \\['repairs'\\], not in tables"),
     ("data.table_weights={trajectories: 0}", "must be > 0"),
+    ("run.max_failures=-1", "run.max_failures"),  # -1 (Ray's "retry forever") is not offered
+    ("run.max_failures=1000", "run.max_failures"),
 ])
 def test_invalid_values_are_reported_with_their_field(override, message):
     with pytest.raises(ConfigError, match=message):

@@ -36,7 +36,7 @@ import torch
 
 from trainer.checkpoints import Position, StepReports, resume_directory, resumed_stream
 from trainer.config import TrainConfig
-from trainer.distributed import flatten, gather_lists, reduce_metrics, unflatten
+from trainer.distributed import flatten, gather_lists, reduce_metrics, start_worker, unflatten
 from trainer.losses import balanced_mch_loss
 from trainer.metrics import RunningAUROC, peak_flops, rounded, train_flops_per_token
 from trainer.model import AgentQwen2ForCausalLM
@@ -162,13 +162,7 @@ def dpo_step(cfg: TrainConfig, engine: Any, batch: dict[str, torch.Tensor],
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Entry point of every worker; `loop_config` = {"train": TrainConfig as JSON}."""
-    import ray.train
-    import ray.train.torch
-
-    cfg = TrainConfig.model_validate(loop_config["train"])
-    context = ray.train.get_context()
-    rank = context.get_world_rank()
-    device = ray.train.torch.get_device()
+    cfg, context, rank, device = start_worker(loop_config)
     with resume_directory() as resume_dir:
         student = start_student(cfg, resume_dir, 2 * cfg.dpo.batch_size)
     engine, position, special = student.engine, student.position, student.special

@@ -42,7 +42,7 @@ import torch
 
 from trainer.checkpoints import Position, StepReports, load_state, resume_directory
 from trainer.config import CALL_CLASSES, TrainConfig
-from trainer.distributed import any_rank, reduce_metrics
+from trainer.distributed import any_rank, reduce_metrics, start_worker
 from trainer.engines import DDPEngine, world_size
 from trainer.rl.advantages import masked_mean
 from trainer.rl.batches import build_batch
@@ -182,13 +182,8 @@ def _record(metrics: dict[str, float], step: int, lr: float) -> dict[str, Any]:
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Entry point of every worker; `loop_config` = {"train": TrainConfig as JSON}."""
     import ray
-    import ray.train
-    import ray.train.torch
 
-    cfg = TrainConfig.model_validate(loop_config["train"])
-    context = ray.train.get_context()
-    rank = context.get_world_rank()
-    device = ray.train.torch.get_device()
+    cfg, _, rank, device = start_worker(loop_config)
     with resume_directory() as resume_dir:
         learner, model = start_learner(cfg, resume_dir)
     reference = build_reference(cfg, learner.special, round_up(len(learner.tokenizer)), device)

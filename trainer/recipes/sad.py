@@ -34,7 +34,7 @@ from trainer.config import TrainConfig
 from trainer.contract import ACT, ERROR
 from trainer.curriculum import CurriculumSampler
 from trainer.data import DataSettings, build_dataset as build_stream, lm_complexities
-from trainer.distributed import any_rank, gather_lists, reduce_metrics
+from trainer.distributed import any_rank, gather_lists, reduce_metrics, start_worker
 from trainer.engines import DDPEngine, world_size
 from trainer.losses import (LossSettings, TeacherSignal, balanced_mch_loss, make_loss_fn,
                             pcgrad_combine)
@@ -210,13 +210,7 @@ def _pcgrad_backward(cfg: TrainConfig, engine: DDPEngine, parts: dict[str, torch
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Entry point of every worker; `loop_config` = {"train": TrainConfig as JSON,
     "curriculum_quantiles": [...] or None}."""
-    import ray.train
-    import ray.train.torch
-
-    cfg = TrainConfig.model_validate(loop_config["train"])
-    context = ray.train.get_context()
-    rank = context.get_world_rank()
-    device = ray.train.torch.get_device()
+    cfg, context, rank, device = start_worker(loop_config)
     with resume_directory() as resume_dir:
         student = start_student(cfg, resume_dir, cfg.data.batch_size)
     engine, position = student.engine, student.position
@@ -239,6 +233,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     while position.step < cfg.run.max_steps:
         epoch, index, documents = next(stream)
         position.epoch, position.batch_in_epoch = epoch, index + 1
+        fingerprint = documents.fingerprint()  # the stream row's, before the curriculum
         admitted = 1.0
         if sampler is not None:
             keep = sampler.admit(torch.from_numpy(documents.complexity), position.step).numpy()
@@ -248,7 +243,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
                 continue
         batch = {name: value.to(device) for name, value in collate.tensors(documents).items()}
         metrics, scored = forward_backward(cfg, engine, batch, teacher)
-        gathered = gather_lists(scored)
+        gathered = gather_lists({**scored, "batches": [fingerprint]})
         running_auroc.update(gathered["mch_scores"], gathered["mch_step_labels"])
         lr = engine.lr  # the rate this step uses (step() advances the schedule)
         metrics["grad_norm"] = engine.step()
@@ -261,7 +256,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         elapsed, last = now - last, now
         record = _record(metrics, position, lr, elapsed, admitted, flops_per_token, peak,
                          context.get_world_size())
-        record["mch_auroc"] = rounded(running_auroc.value())
+        record.update(mch_auroc=rounded(running_auroc.value()), batches=gathered["batches"])
         reports.step(record)
     reports.close()
 
