@@ -40,6 +40,7 @@ from trainer.documents import DocumentRows, ReadSettings, document_table
 from trainer.readers.preferences import negative_documents
 from trainer.readers.repairs import repair_documents
 from trainer.readers.trajectories import trajectory_shaped_documents
+from trainer.shard_files import full_uri, is_uri, part_files
 
 log = logging.getLogger(__name__)
 
@@ -80,22 +81,26 @@ class ShardLayout:
     repair_pairs: list[tuple[str, str]] = field(default_factory=list)  # (.., repairs/part-K)
 
 
-def _pairs(root: Path, table: str, by_name: dict[str, str]) -> list[tuple[str, str]]:
-    return [(by_name[p.name], str(p)) for p in sorted((root / table).glob("part-*.parquet"))
-            if p.name in by_name]
+def _pairs(root: str | Path, table: str, by_name: dict[str, str]) -> list[tuple[str, str]]:
+    return [(by_name[_name(f)], f) for f in part_files(root, table) if _name(f) in by_name]
+
+
+def _name(file: str) -> str:
+    return file.rpartition("/")[2]
 
 
 def inspect_shards(root: str | Path) -> ShardLayout:
-    """List shards and check the columns a training run needs (fail early, naming them)."""
-    root = Path(root)
-    files = sorted(str(p) for p in (root / "trajectories").glob("part-*.parquet"))
+    """List shards and check the columns a training run needs (fail early, naming them).
+    `root` is OUT: a directory, or an object-store URI (trainer/shard_files.py)."""
+    root = str(root) if is_uri(root) else Path(root)
+    files = part_files(root, "trajectories")
     if not files:
-        raise FileNotFoundError(f"no trajectory shards under {root / 'trajectories'}")
+        raise FileNotFoundError(f"no trajectory shards under {root}/trajectories")
     names = set(pq.read_schema(files[0]).names)
     missing = [c for c in TRAJECTORY_COLUMNS if c not in names]
     if missing:
         raise ValueError(f"{files[0]} lacks required columns {missing}")
-    by_name = {Path(f).name: f for f in files}
+    by_name = {_name(f): f for f in files}
     recorded = frozenset()
     if TOKENIZER_COLUMN in names:
         column = pq.read_table(files[0], columns=[TOKENIZER_COLUMN]).column(TOKENIZER_COLUMN)
@@ -140,7 +145,8 @@ def training_batches(table: pa.Table, settings: DataSettings) -> pa.Table:
     if "trajectories" in settings.tables:
         documents, scores = trajectory_shaped_documents(table, read,
                                                         settings.weight("trajectories"))
-    paths = table.column("path").to_pylist() if "path" in table.column_names else []
+    paths = ([full_uri(p, settings.shards) for p in table.column("path").to_pylist()]
+             if "path" in table.column_names else [])
     if "repairs" in settings.tables and paths:
         documents.extend(repair_documents(dict(zip(ids, paths)), read, settings.weight("repairs")))
     if settings.use_mch and settings.mch_rows and paths:

@@ -27,6 +27,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trainer.shard_files import exists, sibling
+
 
 @dataclass(frozen=True)
 class ReadSettings:
@@ -87,10 +89,10 @@ def document_table(rows: DocumentRows, with_topk: bool) -> pa.Table:
     return pa.table(table)
 
 
-def paired_file(trajectory_file: str, table_name: str) -> Path:
-    """OUT/<table>/part-K.parquet beside OUT/trajectories/part-K.parquet (same chunk)."""
-    path = Path(trajectory_file)
-    return path.parent.parent / table_name / path.name
+def paired_file(trajectory_file: str, table_name: str) -> Path | str:
+    """OUT/<table>/part-K.parquet beside OUT/trajectories/part-K.parquet (same chunk); a URI
+    when OUT is an object store."""
+    return sibling(trajectory_file, table_name)
 
 
 def paired_rows(sources: dict[str, str], table_name: str, key: str, columns: list[str],
@@ -101,7 +103,7 @@ def paired_rows(sources: dict[str, str], table_name: str, key: str, columns: lis
     tables = []
     for path in sorted(set(sources.values())):
         paired = paired_file(path, table_name)
-        if paired.exists():
+        if exists(paired):
             wanted = [tid for tid, source in sources.items() if source == path]
             present = set(pq.read_schema(paired).names)
             tables.append(pq.read_table(paired, columns=[c for c in columns if c in present],

@@ -29,6 +29,7 @@ from typing import Any
 
 from trainer.config import TrainConfig
 from trainer.recipes import load_recipe
+from trainer.shard_files import is_uri
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +59,8 @@ def absolute_paths(cfg: TrainConfig) -> TrainConfig:
     def absolute(path: str | None) -> str | None:
         return str(Path(path).expanduser().resolve()) if path else path
 
-    updates = {"run_dir": absolute(cfg.run_dir), "shards": absolute(cfg.shards),
+    shards = cfg.shards if cfg.shards and is_uri(cfg.shards) else absolute(cfg.shards)
+    updates = {"run_dir": absolute(cfg.run_dir), "shards": shards,
                "tokenizer": absolute(cfg.tokenizer)}
     model = cfg.model.model_copy(update={"init_from": checkpoint_dir(absolute(cfg.model.init_from))})
     loss = cfg.loss.model_copy(update={"teacher_model": absolute(cfg.loss.teacher_model)})

@@ -13,6 +13,7 @@ import pyarrow as pa
 import yaml
 
 from datagen.credentials import redact_credentials
+from datagen.pipeline.storage import open_storage
 
 from datagen.pipeline.stages.base import Table, tables_of
 
@@ -34,7 +35,7 @@ def columns_section(table: Table) -> str:
                       "| column | type | meaning |", "|---|---|---|", *rows])
 
 
-def write_card(root: Path, manifest: dict[str, Any], summary: Any) -> None:
+def write_card(root: Path | str, manifest: dict[str, Any], summary: Any) -> None:
     counts = "\n".join(f"- {name}: {rows:,} rows in {len(manifest['shards'][name])} shards"
                        for name, rows in manifest["counts"].items())
     blocks = ["\n".join(lines) for stage in summary.stages
@@ -75,4 +76,4 @@ them.
 ```yaml
 {config}```
 """
-    (root / "README.md").write_text(text, encoding="utf-8")
+    open_storage(root).write("README.md", text.encode("utf-8"))

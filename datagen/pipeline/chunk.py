@@ -18,6 +18,7 @@ import pyarrow as pa
 from datagen.config import GenerateConfig
 from datagen.envs import import_modules
 from datagen.pipeline.shards import ChunkRecord, ShardStore
+from datagen.pipeline.storage import is_uri
 from datagen.pipeline.stages.base import Stage, StageContext, configured_stages, tables_of
 from datagen.tasks import TaskError, TaskSource
 from datagen.teachers import EnvPool, Teacher, make_teacher
@@ -107,11 +108,14 @@ class ChunkProcessor:
         self.config = config
         self.source = task_source(config)
         self.envs = EnvPool()
-        self.teacher: Teacher = make_teacher(config.teacher, work_dir=out or config.out)
+        # the LLM clients' response cache is local files (OUT/_cache): none under an
+        # object-store OUT, where stages get "" for their local work directory
+        work_dir = None if is_uri(out or config.out) else out or config.out
+        self.teacher: Teacher = make_teacher(config.teacher, work_dir=work_dir)
         # LLM teachers bring their own tokenizer: rows carry the teacher's exact token ids.
         tokenizer = (load_tokenizer(config.tokenizer) if config.tokenizer
                      else getattr(self.teacher, "tokenizer", None))
-        context = StageContext(out or config.out, self.teacher, tokenizer,
+        context = StageContext(work_dir or "", self.teacher, tokenizer,
                                config.tokenizer or config.teacher.teacher_tokenizer())
         stage_classes = configured_stages(config)
         self.tables = tables_of(stage_classes)

@@ -25,6 +25,7 @@ from datagen.pipeline.eval_irr import add_parser as add_eval_parser
 from datagen.pipeline.eval_irr import run as run_eval
 from datagen.pipeline.runlock import LockOwner, run_lock
 from datagen.pipeline.shards import OutputConflict, OutputUnreadable
+from datagen.pipeline.storage import is_uri
 
 # What a user can cause and fix: one line on stderr, exit code 2. Anything else is a bug and
 # keeps its traceback.
@@ -99,7 +100,8 @@ def _generate(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from datagen.pipeline.verify import repair, verify_output
 
-    report = verify_output(args.out, checksum=not args.quick)
+    with _store_errors(args.out):
+        report = verify_output(args.out, checksum=not args.quick)
     print(report.format())
     if args.repair and report.problems:
         with _out_errors(args.out), run_lock(args.out, LockOwner.current(report.fingerprint)):
@@ -118,14 +120,23 @@ def _eval(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from datagen.pipeline.inspect import inspect_dataset
 
-    print(inspect_dataset(args.out, samples=args.samples, seed=args.seed))
+    with _store_errors(args.out):
+        print(inspect_dataset(args.out, samples=args.samples, seed=args.seed))
     return 0
 
 
 @contextmanager
 def _out_errors(out: str | Path) -> Iterator[None]:
     """Turns an OSError about the output `out`, a path inside it or one of its parents into
-    OutputUnusable: the user's to fix, said in one line. OSErrors elsewhere stay bugs."""
+    OutputUnusable: the user's to fix, said in one line. OSErrors elsewhere stay bugs. For an
+    object-store OUT every OSError is the store's (pyarrow.fs names no local file)."""
+    if is_uri(out):
+        try:
+            yield
+        except OSError as exc:
+            raise OutputUnusable(f"cannot use {out}: {str(exc).splitlines()[0][:300]}"
+                                 ) from None
+        return
     out = Path(out).absolute()
     try:
         yield
@@ -134,6 +145,12 @@ def _out_errors(out: str | Path) -> Iterator[None]:
         if path is None or not (path == out or out in path.parents or path in out.parents):
             raise
         raise OutputUnusable(f"cannot use {out}: {exc.strerror} ({path})") from None
+
+
+def _store_errors(out: str) -> Any:
+    """An object store's OSError (unreachable, denied) as a one-line error; a local OUT's
+    errors as before."""
+    return _out_errors(out) if is_uri(out) else nullcontext()
 
 
 COMMANDS = {"generate": _generate, "verify": _verify, "inspect": _inspect, "eval": _eval}

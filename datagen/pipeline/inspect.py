@@ -5,7 +5,8 @@ It reads the shards `manifest.json` lists (not whatever matches `part-*.parquet`
 chunk's shard is not part of the dataset) after the cheap integrity check a resume makes, so a
 damaged OUT gets a message naming the shard instead of a Parquet reader's traceback. The
 stages come from the manifest; a stage this process does not know (its module is not
-imported) gets the default view: rows and columns of its tables.
+imported) gets the default view: rows and columns of its tables. An object-store OUT
+(s3://) is read through pyarrow.fs (storage.py).
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from datagen.pipeline.shards import (OutputUnreadable, manifest_shards, manifest_stages,
                                      read_manifest, shard_problem)
 from datagen.pipeline.stages.base import Stage, find_stage
+from datagen.pipeline.storage import filesystem_of, is_uri, open_storage
 
 
 @dataclass
@@ -26,9 +30,9 @@ class DatasetView:
     """What a stage's `inspect_lines` reads: the checked shards per table, the run's merged
     counts per stage, and how many rows to sample (with which seed)."""
 
-    root: Path
+    root: Path | str  # a URI for an object-store OUT
     manifest: dict[str, Any]
-    shards: dict[str, list[Path]]
+    shards: dict[str, list[Path]] | dict[str, list[str]]
     samples: int = 2
     seed: int = 0
 
@@ -38,9 +42,11 @@ class DatasetView:
         if not paths:
             return None
         try:
+            if is_uri(self.root):
+                return _read_from_store([str(p) for p in paths], columns)
             return pl.read_parquet(paths, columns=columns)
-        except (pl.exceptions.PolarsError, OSError) as exc:
-            raise OutputUnreadable(f"cannot read {paths[0].parent}: "
+        except (pl.exceptions.PolarsError, OSError, pa.ArrowException) as exc:
+            raise OutputUnreadable(f"cannot read {str(paths[0]).rpartition('/')[0]}: "
                                    f"{str(exc).splitlines()[0]}; run `datagen verify "
                                    f"{self.root}`") from None
 
@@ -66,15 +72,26 @@ class DatasetView:
         return lines
 
 
-def _listed_shards(root: Path, manifest: dict) -> dict[str, list[Path]]:
-    """Table -> shard paths from the manifest, each checked for size, footer and rows."""
+def _read_from_store(uris: list[str], columns: list[str] | None) -> pl.DataFrame:
+    """Shards in an object store, read by pyarrow with OUT's filesystem (its endpoint and
+    credentials from the environment, as the run wrote them)."""
+    fs, _ = filesystem_of(uris[0])
+    keys = [filesystem_of(uri)[1] for uri in uris]
+    return pl.from_arrow(pq.read_table(keys, filesystem=fs, columns=columns))
+
+
+def _listed_shards(root: Path | str, manifest: dict) -> dict[str, list[Path]]:
+    """Table -> shard paths (URIs for an object store) from the manifest, each checked for
+    size, footer and rows."""
+    storage = open_storage(root)
     shards: dict[str, list[Path]] = {}
     for table, infos in manifest_shards(manifest).items():
         for info in infos:
-            if problem := shard_problem(root, info):
-                raise OutputUnreadable(f"{root / info.file} is damaged: {problem}; `datagen "
-                                       f"verify {root}` lists every damaged shard")
-            shards.setdefault(table, []).append(root / info.file)
+            if problem := shard_problem(storage, info):
+                raise OutputUnreadable(f"{storage.full(info.file)} is damaged: {problem}; "
+                                       f"`datagen verify {root}` lists every damaged shard")
+            shards.setdefault(table, []).append(
+                storage.full(info.file) if is_uri(root) else Path(root) / info.file)
     return shards
 
 
@@ -88,7 +105,7 @@ def _stage_views(manifest: dict[str, Any]) -> list[tuple[type[Stage] | None, str
 
 
 def inspect_dataset(out: str | Path, samples: int = 2, seed: int = 0) -> str:
-    root = Path(out)
+    root = out if is_uri(out) else Path(out)
     manifest = read_manifest(root)
     status = "complete" if manifest["complete"] else "INCOMPLETE"
     lines = [f"{root}: {status}, {manifest['chunks']['complete']}/{manifest['chunks']['total']} "

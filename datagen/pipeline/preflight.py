@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from datagen.config import GenerateConfig
 from datagen.envs import import_modules
+from datagen.pipeline.storage import Storage, is_uri, join, open_storage
 
 ENV_HELP = ("workers do not inherit the submitting shell's environment: pass it with "
             "`ray job submit --runtime-env-json '{\"env_vars\": {\"%s\": \"...\"}}'`, from a "
@@ -30,6 +31,9 @@ PATH_HELP = ("put it on storage every node mounts at the same path (or ship it w
              "`ray job submit --working-dir`)")
 MODULE_HELP = ("ship it with `ray job submit --working-dir .` (or runtime_env py_modules) or "
                "install it in the worker image")
+STORE_HELP = ("workers reach an object store with their own environment: set the endpoint "
+              "(AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL), region and credentials in every "
+              "node's environment or the job's runtime_env env_vars (instance roles work too)")
 OUT_HELP = ("on a multi-node cluster OUT must be a filesystem every node mounts at the same "
             "path (NFS, a shared volume); pass an absolute --out on it")
 
@@ -50,29 +54,53 @@ class OutProbe:
 
     @classmethod
     def create(cls, folder: str | Path) -> OutProbe:
+        """A probe in `folder` (a path, or an object-store URI: then workers check that they
+        reach the store with their own endpoint and credentials)."""
         token = secrets.token_hex(8)
-        path = Path(folder) / f"probe-{token}"
-        path.write_text(token)
-        return cls(str(path), token)
+        probe = cls(join(folder, f"probe-{token}"), token)
+        probe._write(probe.path.rpartition("/")[2], token)
+        return probe
+
+    def _write(self, name: str, text: str) -> None:
+        """Beside the probe; a plain write on a filesystem (LocalStorage.write would stage it
+        in a `_tmp/` inside OUT/_tmp)."""
+        storage, folder, _ = self._where()
+        if is_uri(folder):
+            storage.write(name, text.encode())
+        else:
+            (Path(folder) / name).write_text(text)
+
+    def _where(self) -> tuple[Storage, str, str]:
+        """(storage of the probe's folder, its folder, its name)."""
+        folder, _, name = self.path.rpartition("/")
+        return open_storage(folder), folder, name
 
     def remove(self) -> None:
-        Path(self.path).unlink(missing_ok=True)
+        storage, _, name = self._where()
+        try:
+            storage.delete(name)
+        except OSError:
+            pass  # the store is gone: claim() clears _tmp/ on the next run
 
     def check(self) -> str | None:
         """On a worker: None if it sees the driver's probe and can write beside it."""
-        probe = Path(self.path)
+        storage, folder, name = self._where()
         try:
-            if probe.read_text() != self.token:
-                return f"OUT probe {probe} has other contents than the driver wrote; {OUT_HELP}"
-        except OSError:
-            return (f"OUT is not visible here: the driver's probe file {probe} is missing; "
+            if storage.read(name) != self.token.encode():
+                return (f"OUT probe {self.path} has other contents than the driver wrote; "
+                        f"{OUT_HELP}")
+        except (OSError, ValueError) as exc:
+            if is_uri(folder):
+                return (f"OUT is not readable here: the driver's probe {self.path} "
+                        f"({type(exc).__name__}); {STORE_HELP}")
+            return (f"OUT is not visible here: the driver's probe file {self.path} is missing; "
                     f"{OUT_HELP}")
-        mine = probe.with_name(f"{probe.name}-{os.getpid()}")
+        mine = f"{name}-{os.getpid()}"
         try:
-            mine.write_text(self.token)
-            mine.unlink()
+            self._write(mine, self.token)
+            storage.delete(mine)
         except OSError as exc:
-            return f"cannot write to OUT ({probe.parent}): {exc.strerror or exc}"
+            return f"cannot write to OUT ({folder}): {exc.strerror or exc}"
         return None
 
 
@@ -97,7 +125,8 @@ def resolve_paths(config: GenerateConfig, keep_relative: bool = False) -> Genera
     directory: a worker would resolve them against its own working directory. With
     `keep_relative` (a Ray job whose working_dir every worker starts in) the model paths stay
     as written, so rows do not record a per-session temporary path."""
-    config = config.model_copy(update={"out": os.path.abspath(config.out)})
+    if not is_uri(config.out):  # a URI is the same on every node
+        config = config.model_copy(update={"out": os.path.abspath(config.out)})
     if keep_relative:
         return config
     for path, field in MODEL_PATHS:

@@ -11,9 +11,9 @@ written into the file serves only the refusal message. On NFS, Linux maps `flock
 whole-file POSIX lock that the server frees when the client's lease expires; a filesystem
 without working locks (some FUSE mounts) would make every run think it is alone.
 
-An object-store OUT (s3://, a later issue) has no flock: its `RunLock` would be a lease object
-created with a conditional put (If-None-Match: *), renewed by a heartbeat thread and taken over
-once older than its TTL. `run_lock(out, owner)` picks the implementation; both raise `RunLocked`.
+An object-store OUT (s3://) has no flock: `S3LeaseLock` (s3lease.py) is a lease object created
+with a conditional put (If-None-Match: *), renewed by a heartbeat thread and taken over once
+older than its TTL. `run_lock(out, owner)` picks the implementation; both raise `RunLocked`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import orjson
 
 from datagen.credentials import redact_argv
 from datagen.pipeline.shards import LOCK_FILE, OutputConflict
+from datagen.pipeline.storage import is_uri
 
 _COMMAND_CHARS = 300  # the owner record names the command; a pasted config would be noise
 _LOCK_ATTEMPTS = 4
@@ -160,16 +161,23 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 def run_lock(out: str | Path, owner: LockOwner) -> RunLock:
-    """The run lock for `out`: a file lock for a path; object stores are not supported yet."""
-    if "://" in str(out):
-        raise OutputConflict(f"{out}: object-store outputs are not supported yet; write to a "
-                             "filesystem path (on a cluster, one every node mounts)")
+    """The run lock for `out`: a file lock for a path, a lease for an s3:// URI."""
+    if is_uri(out):
+        from datagen.pipeline.s3lease import S3LeaseLock
+
+        return S3LeaseLock(str(out), asdict(owner))
     return FileRunLock(out, owner)
 
 
 def lock_holder(out: str | Path) -> LockOwner | None:
     """The run holding `out` now, or None; reads only (verify and inspect may run on a
     read-only copy of a dataset)."""
+    if is_uri(out):
+        from datagen.pipeline.s3lease import lease_holder
+
+        record = lease_holder(str(out))
+        return None if record is None else (LockOwner.from_json(orjson.dumps(record)) or
+                                            LockOwner("?", 0, "?", "owner not recorded", "?"))
     path = Path(out) / LOCK_FILE
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)

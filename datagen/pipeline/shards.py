@@ -21,19 +21,21 @@ or deleted shard, an unreadable marker) loses its marker and shards and is gener
 `datagen verify` adds the sha256 of every byte (datagen/pipeline/verify.py; the costs are in
 README.md).
 OUT is datagen's when it holds a readable `_run.json`; nothing else is ever deleted.
+
+OUT may also be an object-store URI (`s3://bucket/prefix`, storage.py). There a shard is put
+at its final key (an object store has no atomic rename; a PUT is atomic), and the marker,
+put after all of the chunk's shards, is still what makes the chunk complete: a killed run
+leaves unmarked shards, which resume ignores and the rerun of their chunk overwrites.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import shutil
 import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import orjson
@@ -41,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datagen.credentials import redact_credentials
+from datagen.pipeline.storage import TMP_DIR, LocalStorage, Storage, is_uri, join, open_storage
 from datagen.rows import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -51,7 +54,7 @@ LOCK_FILE = "_run.lock"  # datagen/pipeline/runlock.py; present only while a run
 # What clear() may delete in an OUT whose _run.json says datagen wrote it (with the table
 # folders its stages wrote, recorded in _run.json); nothing else.
 _DATAGEN_FILES = ("_run.json", "manifest.json", "README.md")
-_DATAGEN_DIRS = ("_tmp", "_chunks")
+_DATAGEN_DIRS = (TMP_DIR, "_chunks")
 # The tables of a run whose _run.json does not list them (schema versions 1 and 2 did not).
 UNRECORDED_TABLES = ("trajectories", "negatives", "repairs", "preferences")
 _MANIFEST_KEYS = {"schema_version", "fingerprint", "complete", "chunks", "counts", "shards"}
@@ -95,29 +98,46 @@ class ChunkRecord:
             raise ValueError(f"not a chunk marker ({type(exc).__name__}: {exc})") from None
 
 
-def shard_problem(root: Path, info: ShardInfo, checksum: bool = False) -> str | None:
+def as_storage(root: str | Path | Storage) -> Storage:
+    """A path or URI opened as storage; a storage as it is."""
+    return open_storage(root) if isinstance(root, (str, Path)) else root
+
+
+def outside(storage: Storage, file: str) -> bool:
+    """Whether a recorded relative path would leave OUT (an absolute path, `..`, or on a
+    filesystem a symlink out of it): never read or deleted."""
+    parts = PurePosixPath(file).parts
+    if not parts or PurePosixPath(file).is_absolute() or ".." in parts:
+        return True
+    if isinstance(storage, LocalStorage):
+        return not (storage.root / file).resolve().is_relative_to(storage.root.resolve())
+    return False
+
+
+def shard_problem(root: str | Path | Storage, info: ShardInfo,
+                  checksum: bool = False) -> str | None:
     """Why the shard `info` describes is not intact, or None. Without `checksum`: it exists
     inside `root`, has the recorded size, a Parquet footer and the recorded rows (a stat and
     a footer read, whatever the shard's size); with it, also the recorded sha256 (reads every
     byte). A truncated shard fails the size check, so resume needs no checksum to catch it."""
-    path = root / info.file
-    if not path.resolve().is_relative_to(root.resolve()):
+    storage = as_storage(root)
+    if outside(storage, info.file):
         return f"recorded path {info.file!r} is outside the output directory"
     try:
-        size = path.stat().st_size
+        size = storage.size(info.file)
     except FileNotFoundError:
         return "missing"
     except OSError as exc:
-        return f"cannot be read ({exc.strerror})"
+        return f"cannot be read ({exc.strerror or exc})"
     if size != info.bytes:
         return f"{size:,} bytes, recorded {info.bytes:,} (truncated or rewritten)"
     try:
-        rows = pq.read_metadata(path).num_rows
+        rows = storage.parquet_rows(info.file)
     except (OSError, pa.ArrowException) as exc:
         return f"not a readable Parquet file ({str(exc).splitlines()[0][:160]})"
     if rows != info.rows:
         return f"{rows:,} rows, recorded {info.rows:,}"
-    if checksum and file_sha256(path) != info.sha256:
+    if checksum and storage.sha256(info.file) != info.sha256:
         return "sha256 differs from the recorded one (bytes changed in place)"
     return None
 
@@ -127,16 +147,17 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def read_manifest(root: Path) -> dict[str, Any]:
+def read_manifest(root: str | Path | Storage) -> dict[str, Any]:
     """OUT/manifest.json, or OutputUnreadable saying why it is not a datagen dataset."""
-    path = root / "manifest.json"
+    storage = as_storage(root)
+    root, path = storage.location, storage.full("manifest.json")
     try:
-        manifest = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
+        manifest = orjson.loads(storage.read("manifest.json"))
+    except (FileNotFoundError, NotADirectoryError):
+        if storage.kind() == "file":
+            raise OutputUnreadable(f"{root} is a file, not a datagen output directory") from None
         raise OutputUnreadable(f"{root} has no manifest.json: not a datagen output directory "
                                "(or its first run has not finished a chunk yet)") from None
-    except NotADirectoryError:
-        raise OutputUnreadable(f"{root} is a file, not a datagen output directory") from None
     except (OSError, orjson.JSONDecodeError) as exc:
         raise OutputUnreadable(f"{path} is unreadable ({exc}); rerun `datagen generate` with "
                                "the same config to rewrite it") from None
@@ -212,21 +233,12 @@ def _recorded_tables(previous: dict[str, Any]) -> list[str]:
             if name and "/" not in name and name not in (".", "..")]
 
 
-def _leftover(entry: Path) -> bool:
+def _leftover(storage: Storage, name: str, is_dir: bool) -> bool:
     """What a directory may hold and still count as empty: the run lock, and datagen's
     bookkeeping folders when empty (a user's own `_tmp/` with files in it is not debris)."""
-    if entry.name == LOCK_FILE:
+    if name == LOCK_FILE:
         return True
-    return entry.name in ("_tmp", "_chunks") and entry.is_dir() and not any(entry.iterdir())
-
-
-def _write_atomic(path: Path, data: bytes, tmp_dir: Path) -> None:
-    tmp = tmp_dir / f"{path.name}.{uuid.uuid4().hex}"
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    return name in _DATAGEN_DIRS and is_dir and not storage.entries(name)
 
 
 def parquet_bytes(table: pa.Table) -> bytes:
@@ -236,22 +248,36 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
 
 class ShardStore:
-    """Reads and writes one output directory. Workers use `write_chunk`; the driver uses
-    `claim` before the run (under the run lock) and `write_manifest` after it. `tables` are
-    the table folders a run writes (its stages'); dropping a chunk or clearing OUT deletes
-    there (plus what a marker or the previous run's record lists)."""
+    """Reads and writes one output directory (a path, or an object-store URI: storage.py).
+    Workers use `write_chunk`; the driver uses `claim` before the run (under the run lock)
+    and `write_manifest` after it. `tables` are the table folders a run writes (its stages');
+    dropping a chunk or clearing OUT deletes there (plus what a marker or the previous run's
+    record lists). `root`, `tmp`, `markers` and the `*_path` methods give Paths for a
+    directory and URI strings for an object store."""
 
     def __init__(self, root: str | Path, tables: Iterable[str] = ()) -> None:
-        self.root = Path(root)
+        self.storage = open_storage(root)
+        self.root: Path | str = str(root).rstrip("/") if is_uri(root) else Path(root)
         self.tables = list(dict.fromkeys(tables))
-        self.tmp = self.root / "_tmp"
-        self.markers = self.root / "_chunks"
+        self.tmp = self._where(TMP_DIR)
+        self.markers = self._where("_chunks")
 
-    def shard_path(self, table: str, chunk: int) -> Path:
-        return self.root / table / f"part-{chunk:06d}.parquet"
+    def _where(self, relative: str) -> Path | str:
+        return join(self.root, relative) if isinstance(self.root, str) else self.root / relative
 
-    def marker_path(self, chunk: int) -> Path:
-        return self.markers / f"chunk-{chunk:06d}.json"
+    @staticmethod
+    def shard_file(table: str, chunk: int) -> str:
+        return f"{table}/part-{chunk:06d}.parquet"
+
+    @staticmethod
+    def marker_file(chunk: int) -> str:
+        return f"_chunks/chunk-{chunk:06d}.json"
+
+    def shard_path(self, table: str, chunk: int) -> Path | str:
+        return self._where(self.shard_file(table, chunk))
+
+    def marker_path(self, chunk: int) -> Path | str:
+        return self._where(self.marker_file(chunk))
 
     # driver side --------------------------------------------------------------------------
 
@@ -263,7 +289,7 @@ class ShardStore:
         regenerates them. Returns the dropped chunks. Call it under the run lock
         (datagen/pipeline/runlock.py): two runs that pass these checks together would mix
         configs."""
-        if self.root.exists() and not self.root.is_dir():
+        if self.storage.kind() == "file":
             raise OutputConflict(f"{self.root} is a file, not a directory; choose another --out")
         previous = self._previous_run()
         if previous is None:
@@ -277,22 +303,22 @@ class ShardStore:
             self.tables = list(dict.fromkeys([*self.tables, *_recorded_tables(previous)]))
         # _run.json before anything else: a directory with datagen's folders and no _run.json
         # is never one this code left behind (and is refused as not datagen's).
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.tmp.mkdir(exist_ok=True)
+        if isinstance(self.storage, LocalStorage):
+            Path(self.tmp).mkdir(parents=True, exist_ok=True)
         self.clear_tmp()
         payload = {"fingerprint": fingerprint, "schema_version": SCHEMA_VERSION,
                    "tables": self.tables, "config": redact_credentials(config)}
-        _write_atomic(self.root / RUN_FILE, orjson.dumps(payload, option=orjson.OPT_INDENT_2),
-                      self.tmp)
-        self.markers.mkdir(exist_ok=True)
+        self.storage.write(RUN_FILE, orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+        if isinstance(self.storage, LocalStorage):
+            Path(self.markers).mkdir(exist_ok=True)
         return self.drop_damaged()
 
     def _previous_run(self) -> dict[str, Any] | None:
         """The owner record of OUT, None when there is none. One that cannot be read is
         refused: datagen cannot tell which config (or whether datagen) wrote OUT."""
-        run_file = self.root / RUN_FILE
+        run_file = self.storage.full(RUN_FILE)
         try:
-            data = run_file.read_bytes()
+            data = self.storage.read(RUN_FILE)
         except FileNotFoundError:
             return None
         try:
@@ -309,9 +335,8 @@ class ShardStore:
         return previous
 
     def _refuse_foreign(self) -> None:
-        if not self.root.exists():
-            return
-        foreign = sorted(entry.name for entry in self.root.iterdir() if not _leftover(entry))
+        foreign = sorted(entry.name for entry in self.storage.entries()
+                         if not _leftover(self.storage, entry.name, entry.is_dir))
         if foreign:
             shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more"
                                               if len(foreign) > 3 else "")
@@ -324,40 +349,44 @@ class ShardStore:
         """Delete what datagen writes in OUT: its files, bookkeeping and the table folders of
         this run and of the previous one (never called on a directory it did not write)."""
         for name in dict.fromkeys([*_DATAGEN_DIRS, *self.tables, *previous_tables]):
-            shutil.rmtree(self.root / name, ignore_errors=True)
+            self.storage.delete_tree(name)
         for name in _DATAGEN_FILES:
-            (self.root / name).unlink(missing_ok=True)
+            self.storage.delete(name)
 
     def clear_tmp(self) -> None:
-        for leftover in self.tmp.glob("*"):
-            leftover.unlink(missing_ok=True)
+        for leftover in self.storage.entries(TMP_DIR):
+            if not leftover.is_dir:
+                self.storage.delete(f"{TMP_DIR}/{leftover.name}")
 
     def is_complete(self, chunk: int) -> bool:
-        return self.marker_path(chunk).exists()
+        try:
+            self.storage.size(self.marker_file(chunk))
+        except FileNotFoundError:
+            return False
+        return True
 
     def complete_chunks(self) -> set[int]:
         """Indices of chunks with a marker, from one directory listing (a run of 10^6 chunks
         would otherwise stat 10^6 paths before it starts)."""
-        try:
-            names = os.listdir(self.markers)
-        except FileNotFoundError:
-            return set()
-        return {int(name[6:-5]) for name in names
-                if name.startswith("chunk-") and name.endswith(".json") and name[6:-5].isdigit()}
+        return set(self.marked_chunks())
 
     def chunk_problem(self, chunk: int) -> str | None:
         """Why the complete chunk `chunk` cannot be trusted (unreadable marker, a shard that
         fails `shard_problem` without checksum), or None."""
         try:
-            record = ChunkRecord.from_json(self.marker_path(chunk).read_bytes())
+            record = self.read_record(chunk)
         except (OSError, ValueError) as exc:
             return f"marker unreadable: {exc}"
         if record.chunk != chunk:
             return f"marker records chunk {record.chunk}"
         for info in record.shards.values():
-            if problem := shard_problem(self.root, info):
+            if problem := shard_problem(self.storage, info):
                 return f"{info.file}: {problem}"
         return None
+
+    def read_record(self, chunk: int) -> ChunkRecord:
+        """The marker of `chunk`; OSError or ValueError when it is missing or unreadable."""
+        return ChunkRecord.from_json(self.storage.read(self.marker_file(chunk)))
 
     def drop_damaged(self) -> list[DroppedChunk]:
         """Drop every complete chunk that fails `chunk_problem`: the run regenerates it."""
@@ -373,22 +402,22 @@ class ShardStore:
         """Forget a chunk: its marker first (a kill part way leaves an incomplete chunk, never
         a complete one with shards missing), then its shard in every table (the store's, and
         those its marker lists when it can be read)."""
-        listed: list[Path] = []
+        listed: list[str] = []
         try:
-            record = ChunkRecord.from_json(self.marker_path(chunk).read_bytes())
-            listed = [self.root / info.file for info in record.shards.values()]
+            listed = [info.file for info in self.read_record(chunk).shards.values()]
         except (OSError, ValueError):
             pass
-        self.marker_path(chunk).unlink(missing_ok=True)
-        for path in [*listed, *(self.shard_path(table, chunk) for table in self.tables)]:
-            if path.resolve().is_relative_to(self.root.resolve()):
-                path.unlink(missing_ok=True)
+        self.storage.delete(self.marker_file(chunk))
+        for file in [*listed, *(self.shard_file(table, chunk) for table in self.tables)]:
+            if not outside(self.storage, file):
+                self.storage.delete(file)
 
     def marked_chunks(self) -> list[int]:
         chunks = []
-        for path in self.markers.glob("chunk-*.json"):
-            digits = path.stem.removeprefix("chunk-")
-            if digits.isdigit():
+        for entry in self.storage.entries("_chunks"):
+            digits = entry.name.removeprefix("chunk-").removesuffix(".json")
+            if entry.name.startswith("chunk-") and entry.name.endswith(".json") and \
+                    digits.isdigit():
                 chunks.append(int(digits))
         return sorted(chunks)
 
@@ -398,7 +427,7 @@ class ShardStore:
         records = []
         for chunk in self.marked_chunks():
             try:
-                records.append(ChunkRecord.from_json(self.marker_path(chunk).read_bytes()))
+                records.append(self.read_record(chunk))
             except (OSError, ValueError) as exc:
                 log.warning("chunk %d: marker unreadable, counted as incomplete: %s", chunk, exc)
         return records
@@ -407,22 +436,20 @@ class ShardStore:
 
     def write_chunk(self, chunk: int, tables: dict[str, pa.Table],
                     stats: dict[str, Any]) -> ChunkRecord:
-        """Write every table of a chunk, then its marker. Returns the marker's record."""
-        self.tmp.mkdir(parents=True, exist_ok=True)
+        """Write every table of a chunk, then its marker (last: the chunk is complete only
+        once it exists, on a filesystem and on an object store alike). Returns its record."""
         started = time.process_time()
         shards: dict[str, ShardInfo] = {}
         for name, table in tables.items():
             data = parquet_bytes(table)
-            path = self.shard_path(name, chunk)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomic(path, data, self.tmp)
-            shards[name] = ShardInfo(file=str(path.relative_to(self.root)), rows=table.num_rows,
-                                     bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+            file = self.shard_file(name, chunk)
+            self.storage.write(file, data)
+            shards[name] = ShardInfo(file=file, rows=table.num_rows, bytes=len(data),
+                                     sha256=hashlib.sha256(data).hexdigest())
         if isinstance(stats.get("stage_seconds"), dict):
             stats["stage_seconds"]["write"] = time.process_time() - started
         record = ChunkRecord(chunk=chunk, shards=shards, stats=stats)
-        self.markers.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.marker_path(chunk), record.to_json(), self.tmp)
+        self.storage.write(self.marker_file(chunk), record.to_json())
         return record
 
     # manifest -----------------------------------------------------------------------------
@@ -448,7 +475,6 @@ class ShardStore:
             "stages": stages or [],
             "stats": stats or {},
         }
-        _write_atomic(self.root / "manifest.json",
-                      orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS),
-                      self.tmp)
+        self.storage.write("manifest.json", orjson.dumps(
+            manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
         return manifest

@@ -7,6 +7,7 @@ no complete chunk records (a reader that globs `trajectories/*.parquet` would re
 that do not add up, and a run that is not complete. `--repair` drops the damaged chunks and the
 stray files, so that rerunning `datagen generate` with the same config regenerates them (a
 resume notices size and footer damage by itself, but not a changed byte: that takes the sha256).
+OUT may be an object-store URI (s3://): the same checks run through pyarrow.fs.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from datagen.pipeline.runlock import LockOwner, lock_holder
-from datagen.pipeline.shards import (ChunkRecord, ShardInfo, ShardStore, manifest_shards,
-                                     manifest_tables, read_manifest, shard_problem)
+from datagen.pipeline.shards import (ShardInfo, ShardStore, manifest_shards, manifest_tables,
+                                     read_manifest, shard_problem)
+from datagen.pipeline.storage import Storage, is_uri
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ class Problem:
 
 @dataclass
 class VerifyReport:
-    root: Path
+    root: Path | str  # a URI for an object-store OUT
     fingerprint: str
     shards: int
     chunks: tuple[int, int]  # complete, total (from the manifest)
@@ -83,19 +85,18 @@ def _read_markers(store: ShardStore) -> tuple[dict[str, tuple[int, ShardInfo]], 
     recorded: dict[str, tuple[int, ShardInfo]] = {}
     problems = []
     for chunk in store.marked_chunks():
-        path = store.marker_path(chunk)
         try:
-            record = ChunkRecord.from_json(path.read_bytes())
+            record = store.read_record(chunk)
         except (OSError, ValueError) as exc:
-            problems.append(Problem(str(path.relative_to(store.root)), f"marker unreadable: "
-                                    f"{exc}", chunk))
+            problems.append(Problem(store.marker_file(chunk), f"marker unreadable: {exc}",
+                                    chunk))
             continue
         for info in record.shards.values():
             recorded[info.file] = (chunk, info)
     return recorded, problems
 
 
-def _check_shards(root: Path, listed: dict[str, ShardInfo],
+def _check_shards(root: Storage, listed: dict[str, ShardInfo],
                   recorded: dict[str, tuple[int, ShardInfo]], checksum: bool) -> list[Problem]:
     problems = []
     for file in sorted(listed.keys() | recorded.keys()):
@@ -115,11 +116,12 @@ def _check_shards(root: Path, listed: dict[str, ShardInfo],
     return problems
 
 
-def _strays(root: Path, known: set[str], tables: list[str]) -> list[Problem]:
+def _strays(storage: Storage, known: set[str], tables: list[str]) -> list[Problem]:
     problems = []
     for table in tables:
-        for path in sorted((root / table).glob("part-*.parquet")):
-            file = str(path.relative_to(root))
+        names = sorted(e.name for e in storage.entries(table) if not e.is_dir and
+                       e.name.startswith("part-") and e.name.endswith(".parquet"))
+        for file in (f"{table}/{name}" for name in names):
             if file not in known:
                 problems.append(Problem(file, "no complete chunk records it (left by an "
                                         "unfinished chunk?); readers that glob the folder "
@@ -140,14 +142,14 @@ def _count_problems(manifest: dict, listed: dict[str, ShardInfo]) -> list[Proble
 def verify_output(out: str | Path, checksum: bool = True) -> VerifyReport:
     """Check OUT; raises OutputUnreadable when it has no readable manifest."""
     started = time.perf_counter()
-    root = Path(out)
-    manifest = read_manifest(root)
+    root = out if is_uri(out) else Path(out)
     store = ShardStore(root)
+    manifest = read_manifest(store.storage)
     listed = {info.file: info for infos in manifest_shards(manifest).values() for info in infos}
     recorded, problems = _read_markers(store)
-    problems += _check_shards(root, listed, recorded, checksum)
+    problems += _check_shards(store.storage, listed, recorded, checksum)
     tables = manifest_tables(manifest)
-    problems += _strays(root, listed.keys() | recorded.keys(), tables)
+    problems += _strays(store.storage, listed.keys() | recorded.keys(), tables)
     problems += _count_problems(manifest, listed)
     chunks = manifest.get("chunks", {})
     return VerifyReport(root=root, fingerprint=str(manifest.get("fingerprint")),
@@ -163,7 +165,7 @@ def repair(out: str | Path, report: VerifyReport) -> tuple[list[int], int]:
     store = ShardStore(out, report.tables)
     for chunk in report.damaged_chunks:
         store.drop_chunk(chunk)
-    strays = [store.root / p.file for p in report.problems if p.stray]
-    for path in strays:
-        path.unlink(missing_ok=True)
+    strays = [p.file for p in report.problems if p.stray]
+    for file in strays:
+        store.storage.delete(file)
     return report.damaged_chunks, len(strays)

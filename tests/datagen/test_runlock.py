@@ -65,5 +65,7 @@ def test_unusable_outs_are_refused_clearly(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(OutputConflict, match="is a file, not a directory"):
         run_lock(tmp_path / "file", LockOwner.current("fp")).acquire()
-    with pytest.raises(OutputConflict, match="object-store outputs are not supported yet"):
-        run_lock("s3://bucket/out", LockOwner.current("fp"))
+    # s3:// takes a lease (tests/datagen/test_s3_output.py); other stores have no conditional put
+    assert type(run_lock("s3://bucket/out", LockOwner.current("fp"))).__name__ == "S3LeaseLock"
+    with pytest.raises(OutputConflict, match="supports s3://bucket/prefix URIs only"):
+        run_lock("gs://bucket/out", LockOwner.current("fp"))

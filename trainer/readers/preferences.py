@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from trainer import pair_batches, tokens
 from trainer.contract import PREFERENCE_COLUMNS, TOOL_CALL_OPEN, chat_spans
 from trainer.documents import DocumentRows, ReadSettings, paired_rows
+from trainer.shard_files import is_uri, part_files
 
 NEGATIVE_SOURCE = "negative"
 # `preferences.layout: compact` (datagen) leaves a negative pair's prompt_text null and
@@ -227,10 +228,10 @@ def _shard_pair_batches(paths: pa.Table, settings: PairSettings) -> Iterator[pa.
 
 def preference_files(shards: str | Path) -> list[str]:
     """The preference shards, checked for the contract's columns (fail before any work)."""
-    root = Path(shards)
-    files = sorted(str(p) for p in (root / "preferences").glob("part-*.parquet"))
+    root = str(shards).rstrip("/") if is_uri(shards) else Path(shards)
+    files = part_files(root, "preferences")
     if not files:
-        raise FileNotFoundError(f"no preference shards under {root / 'preferences'} (generate "
+        raise FileNotFoundError(f"no preference shards under {root}/preferences (generate "
                                 f"with negatives.enabled or critics.enabled)")
     names = pq.read_schema(files[0]).names
     missing = [c for c in PREFERENCE_COLUMNS if c not in names]
