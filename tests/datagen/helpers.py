@@ -50,3 +50,22 @@ def start_lock_holder(out: Path, fingerprint: str, *tag: str) -> subprocess.Pope
         proc.kill()
         raise RuntimeError("the lock holder did not start")
     return proc
+
+
+def submit_job(head, entrypoint: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    """`ray job submit --working-dir . -- ENTRYPOINT` to the session's token-authenticated
+    head (tests/conftest.py's `ray_head`), waiting for the job to end. A just-started head
+    answers 500 until its job agent has registered: retried for up to a minute."""
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    command = [ray_bin, "job", "submit", "--address", head.dashboard, "--working-dir", ".",
+               "--", *entrypoint]
+    for _ in range(12):
+        result = subprocess.run(command, cwd=root, env=head.env, capture_output=True, text=True,
+                                timeout=timeout)
+        if "No available agent to submit job" not in result.stderr + result.stdout:
+            break
+        time.sleep(5)
+    return result

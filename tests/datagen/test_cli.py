@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from datagen.pipeline.cli import main
-from tests.conftest import RAY_BIN, ROOT
+from tests.conftest import ROOT
+from tests.datagen.helpers import submit_job
 
 pytestmark = pytest.mark.slow
 
@@ -87,15 +88,9 @@ def test_invalid_config_fails_before_any_work(ray_head, tmp_path):
 
 def test_ray_job_submit_runs_the_same_entry_point(ray_head, tmp_path):
     out = tmp_path / "job-out"
-    command = [RAY_BIN, "job", "submit", "--address", ray_head.dashboard, "--working-dir", ".",
-               "--", "python", "-m", "datagen", "generate", "--config", "configs/demo.yaml",
-               "--num-trajectories", "200", "--out", str(out), "--no-progress"]
-    for _ in range(12):  # a just-started head answers 500 until its job agent has registered
-        result = subprocess.run(command, cwd=ROOT, env=ray_head.env, capture_output=True,
-                                text=True, timeout=300)
-        if "No available agent to submit job" not in result.stderr + result.stdout:
-            break
-        time.sleep(5)
+    result = submit_job(ray_head, ["python", "-m", "datagen", "generate", "--config",
+                                    "configs/demo.yaml", "--num-trajectories", "200", "--out",
+                                    str(out), "--no-progress"])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "succeeded" in result.stdout
     assert pl.read_parquet(out / "trajectories" / "*.parquet").height == 200
