@@ -228,12 +228,14 @@ def rollout_files(run_dir: str) -> list[Path]:
 
 def discard_lost_rollouts(run_dir: str, first_step: int) -> list[Path]:
     """Delete the rollout files of iterations >= `first_step` (where a resumed run starts):
-    a killed run wrote them after its last checkpoint, their updates died with it, and the
-    resumed run plays those iterations again - with another worker count, under other file
-    names, so overwriting alone would leave duplicates. Finished iterations stay as written.
-    Runs on rank 0 before the first iteration, whose collective every rank waits for."""
+    a killed run wrote them after its last checkpoint and their updates died with it. The
+    resumed run plays those iterations again, possibly with another worker count (other file
+    names), so overwriting alone could leave duplicates. Finished iterations stay as written;
+    half-written temporary files go. Runs on rank 0 before the first iteration, whose
+    collective every rank waits for before writing."""
     lost = [path for path in rollout_files(run_dir)
             if int(path.name.split("-")[1]) >= first_step]
+    lost += (Path(run_dir) / "rollouts").glob("iter-*.parquet.tmp")  # a write the kill cut
     for path in lost:
         path.unlink()
     return lost
