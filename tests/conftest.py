@@ -44,26 +44,41 @@ def ray_head(tmp_path_factory):
     # The venv's bin first on PATH: a job's `python ...` entrypoint must find this interpreter.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     env = dict(os.environ, PYTHONPATH=str(ROOT), PATH=path)
-    # Every port chosen here, none left at Ray's fixed defaults: another Ray on the host (a
-    # developer's, a second test run) holding 52365 leaves this head without a job agent.
-    port, dashboard_port, agent_port, agent_grpc, metrics = (_free_port() for _ in range(5))
-    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths are capped
-    subprocess.run([RAY_BIN, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                    f"--temp-dir={temp_dir}", "--num-cpus=2",
-                    "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-                    f"--dashboard-port={dashboard_port}", f"--dashboard-agent-listen-port={agent_port}",
-                    f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
-                    "--disable-usage-stats"],
-                   env=env, check=True, capture_output=True, cwd=ROOT)
-    head = RayHead(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}", env)
     import ray
 
+    head, temp_dir = _start_head(env)
     try:
         ray.init(address=head.address, logging_level="WARNING")
         yield head
     finally:
         ray.shutdown()
         _stop_head(temp_dir)
+
+
+def _start_head(env: dict, attempts: int = 3) -> tuple[RayHead, str]:
+    """`ray start --head` on free ports; a head that did not come up (Ray gives its raylet
+    30 s to register, which an overloaded machine can miss) is stopped and started again."""
+    for attempt in range(attempts):
+        # Every port chosen here, none left at Ray's fixed defaults: another Ray on the host (a
+        # developer's, a second test run) holding 52365 leaves this head without a job agent.
+        port, dashboard_port, agent_port, agent_grpc, metrics = (_free_port() for _ in range(5))
+        temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: socket paths are capped
+        try:
+            subprocess.run([RAY_BIN, "start", "--head", "--node-ip-address=127.0.0.1",
+                            f"--port={port}", f"--temp-dir={temp_dir}", "--num-cpus=2",
+                            "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+                            f"--dashboard-port={dashboard_port}",
+                            f"--dashboard-agent-listen-port={agent_port}",
+                            f"--dashboard-agent-grpc-port={agent_grpc}",
+                            f"--metrics-export-port={metrics}", "--disable-usage-stats"],
+                           env=env, check=True, capture_output=True, cwd=ROOT)
+            return RayHead(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}", env), temp_dir
+        except subprocess.CalledProcessError as error:
+            _stop_head(temp_dir)  # what did start (GCS, dashboard) would linger otherwise
+            if attempt == attempts - 1:
+                raise RuntimeError(f"ray start --head failed {attempts} times: "
+                                   f"{error.stderr.decode(errors='replace')[-2000:]}") from error
+    raise AssertionError("unreachable")
 
 
 def _stop_head(temp_dir: str) -> None:
