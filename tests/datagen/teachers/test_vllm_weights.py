@@ -79,7 +79,8 @@ def other_model(tmp_path_factory) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("qwen2-seed1"), seed=1)
 
 
-def test_loaded_weights_generate_what_transformers_generates_with_them(engine, other_model):
+def test_loaded_weights_generate_what_transformers_generates_with_them(engine, other_model,
+                                                                        tmp_path):
     import ray
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -101,7 +102,15 @@ def test_loaded_weights_generate_what_transformers_generates_with_them(engine, o
     assert ids == new_ids and lp == pytest.approx(new_lp, abs=1e-3)
     assert seconds > 0
 
-    ray.get(engine.load_weights.remote(path=str(tiny_model_dir())))  # back, from disk
+    # back, from disk: the full state dict (a tied checkpoint lacks lm_head.weight)
+    from safetensors.torch import save_file
+
+    directory = tmp_path / "old-weights"
+    directory.mkdir()
+    old_state = AutoModelForCausalLM.from_pretrained(tiny_model_dir(), dtype=torch.float32)
+    save_file({k: v.clone() for k, v in old_state.state_dict().items()},
+              str(directory / "model.safetensors"))
+    ray.get(engine.load_weights.remote(path=str(directory)))
     ids, lp = ray.get(engine.greedy.remote(prompt))
     assert ids == old_ids and lp == pytest.approx(old_lp, abs=1e-3)
 
