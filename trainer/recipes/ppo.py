@@ -126,16 +126,24 @@ def _kl_metrics(scored: Any, mask: torch.Tensor) -> dict[str, float]:
             for kind in ("k1", "k3")}
 
 
+def iteration_seed(cfg: TrainConfig, step: int, rank: int, stream: int) -> int:
+    """A seed from (run seed, iteration, rank, stream) alone - stream 0: the rollouts'
+    sampling, 1: the minibatch order - so a resumed run draws what the uninterrupted one
+    would have drawn, with no generator state to checkpoint."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([cfg.run.seed, step, rank, stream]).generate_state(1)[0])
+
+
 def iteration(cfg: TrainConfig, learner: Student, model: PolicyWithValue,
               reference: PolicyWithValue | None, actors: list, rank: int,
-              device: torch.device, generator: torch.Generator) -> dict[str, float]:
+              device: torch.device) -> dict[str, float]:
     """Rollouts -> rewards -> scoring -> updates -> Parquet; returns this rank's metrics."""
     step = learner.position.step
     started = time.perf_counter()
     tasks, groups = iteration_tasks(cfg, step, rank, world_size())
     state = {name: tensor.detach().cpu() for name, tensor in model.policy.state_dict().items()}
-    trajectories = play(actors, state, tasks, step, seed=cfg.run.seed * 1_000_003 + step * 1000
-                        + rank * 100)
+    trajectories = play(actors, state, tasks, step, seed=iteration_seed(cfg, step, rank, 0))
     rollout_seconds = time.perf_counter() - started
     rewards = [episode_reward(traj, cfg.ppo.reward) for traj in trajectories]
     batch = build_batch(trajectories, rewards, groups, learner.special["pad"],
@@ -151,13 +159,15 @@ def iteration(cfg: TrainConfig, learner: Student, model: PolicyWithValue,
         metrics.update(_kl_metrics(scored, batch.mask))
         metrics["behaviour_logprob_gap"] = float(masked_mean(
             (scored.old_logprobs - batch.behaviour_logprobs).abs(), batch.mask))
+        generator = torch.Generator().manual_seed(iteration_seed(cfg, step, rank, 1))
         metrics.update(update(learner.engine, batch, scored, cfg.ppo, device, generator))
         advantages = scored.advantages
+        kl_penalties = ((batch.rewards - scored.rewards) * batch.mask).sum(1)
     else:
-        advantages = torch.zeros(0, 1)
+        advantages, kl_penalties = torch.zeros(0, 1), None
     metrics["learner_time"] = time.perf_counter() - learner_started
     metrics["rollout_time"] = rollout_seconds
-    table = rollout_table(trajectories, rewards, groups, step, batch, advantages)
+    table = rollout_table(trajectories, rewards, groups, step, batch, advantages, kl_penalties)
     write_rollouts(table, cfg.run_dir, step, rank)
     return metrics
 
@@ -188,13 +198,14 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         learner, model = start_learner(cfg, resume_dir)
     reference = build_reference(cfg, learner.special, round_up(len(learner.tokenizer)), device)
     reports = StepReports(cfg, rank, learner, "ppo")
+    if rank == 0:
+        discard_lost_rollouts(cfg.run_dir, learner.position.step)
     actors = start_actors(cfg, model.policy.config.to_dict(), cfg.ppo.rollout_workers)
-    generator = torch.Generator().manual_seed(cfg.run.seed + rank)
     try:
         while learner.position.step < cfg.run.max_steps:
             lr = learner.engine.lr
             started = time.perf_counter()
-            metrics = iteration(cfg, learner, model, reference, actors, rank, device, generator)
+            metrics = iteration(cfg, learner, model, reference, actors, rank, device)
             metrics["iteration_time"] = time.perf_counter() - started
             summed = SUMMED | {"updates"}
             metrics = reduce_metrics(metrics, device, summed & set(metrics))
@@ -208,3 +219,18 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
 
 def rollout_files(run_dir: str) -> list[Path]:
     return sorted((Path(run_dir) / "rollouts").glob("iter-*.parquet"))
+
+
+def discard_lost_rollouts(run_dir: str, first_step: int) -> list[Path]:
+    """Delete the rollout files of iterations >= `first_step` (where a resumed run starts):
+    a killed run wrote them after its last checkpoint and their updates died with it. The
+    resumed run plays those iterations again, possibly with another worker count (other file
+    names), so overwriting alone could leave duplicates. Finished iterations stay as written;
+    half-written temporary files go. Runs on rank 0 before the first iteration, whose
+    collective every rank waits for before writing."""
+    lost = [path for path in rollout_files(run_dir)
+            if int(path.name.split("-")[1]) >= first_step]
+    lost += (Path(run_dir) / "rollouts").glob("iter-*.parquet.tmp")  # a write the kill cut
+    for path in lost:
+        path.unlink()
+    return lost
