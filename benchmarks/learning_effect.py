@@ -111,7 +111,7 @@ class Bench:
         return json.loads(path.read_text()) if path.exists() else None
 
     def train(self, arm: str, cfg: TrainConfig, steps: int, cpu_budget_s: float,
-              ) -> dict[str, Any]:
+              deadline: float | None = None) -> dict[str, Any]:
         """Train into OUT/<arm> unless a checkpoint is there; the training summary."""
         checkpoint = self.out / arm
         summary_file = checkpoint / "train_summary.json"
@@ -121,8 +121,9 @@ class Bench:
         rows = epoch_rows(data_settings(cfg)) if steps else None
         started_load = load_text()
         run = train_locally(cfg, rows.take(steps) if rows else [], checkpoint,
-                            max_cpu_s=self.args.max_cpu_factor * cpu_budget_s)
-        summary = {**run.summary(), "epochs": round(rows.epochs(run.steps), 2) if rows else 0,
+                            max_cpu_s=self.args.max_cpu_factor * cpu_budget_s, deadline=deadline)
+        summary = {**run.summary(), "planned_steps": steps,
+                   "epochs": round(rows.epochs(run.steps), 2) if rows else 0,
                    "load_train": [started_load, load_text()]}
         summary_file.write_text(json.dumps(summary, indent=2))
         return summary
@@ -151,7 +152,8 @@ class Bench:
         cfg = load(self.args, self.teacher_dir, *TEACHER, f"run.seed={self.args.seeds[0]}")
         steps = self.args.teacher_steps or steps_for_budget(
             cfg, epoch_rows(data_settings(cfg)).spread(6), self.args.teacher_cpu_s)
-        training = self.train("teacher", cfg, steps, self.args.teacher_cpu_s)
+        training = self.train("teacher", cfg, steps, self.args.teacher_cpu_s,
+                              deadline=self.args.teacher_deadline)
         return self.evaluate("teacher", self.teacher_dir, training, irr=False)
 
     def student(self, arm: str, objective: str, seed: int, steps: int, repairs: bool,
@@ -210,6 +212,10 @@ def main() -> int:
     parser.add_argument("--teacher-cpu-s", type=float, default=600.0,
                         help="CPU seconds of teacher training (sets its steps)")
     parser.add_argument("--teacher-steps", type=int, default=None, help="instead of the budget")
+    parser.add_argument("--teacher-deadline", type=float, default=None,
+                        help="Unix time at which teacher training stops and saves what it has "
+                        "(a shared machine may not give the CPU budget in time; the steps done "
+                        "are reported next to the planned ones)")
     parser.add_argument("--teacher-from", default=None, help="an existing checkpoint as the "
                         "soft teacher instead of training the `small` one (e.g. the shipped "
                         "tiny recipe trained 7x longer than a student)")
@@ -227,6 +233,9 @@ def main() -> int:
                         help="student arms to run (the report needs all: run once more with "
                         "all arms to write it; finished arms are read back)")
     parser.add_argument("--set", nargs="*", default=[], help="overrides for every run")
+    parser.add_argument("--teacher-only", action="store_true", help="train and score the "
+                        "soft teacher, then stop (KD arms in other processes can start on "
+                        "its checkpoint with --teacher-from OUT/teacher meanwhile)")
     parser.add_argument("--report-only", action="store_true", help="write the report from "
                         "the arms finished so far (missing ones are listed), train nothing")
     args = parser.parse_args()
@@ -234,6 +243,9 @@ def main() -> int:
     bench = Bench(args)
     if args.report_only:
         write_report(bench, bench.finished(), bench.planned_steps())
+        return 0
+    if args.teacher_only:
+        bench.teacher()
         return 0
     results: dict[str, list[dict]] = {}
     if "sft" in args.arms:  # the floor goes with the baseline (no teacher needed for either)

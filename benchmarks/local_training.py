@@ -134,10 +134,10 @@ def steps_for_budget(cfg: TrainConfig, rows: list[dict[str, list]], cpu_budget_s
 
 
 def train_locally(cfg: TrainConfig, rows: list[dict[str, list]], out_dir: str | Path | None,
-                  max_cpu_s: float | None = None) -> LocalRun:
+                  max_cpu_s: float | None = None, deadline: float | None = None) -> LocalRun:
     """`cfg.run.max_steps` steps over `rows` (cycled) from a fresh student, or fewer when
-    the CPU time passes `max_cpu_s` (a guard for unattended runs; the schedule is then cut
-    short); the checkpoint (Hugging Face weights + tokenizer + metrics.jsonl) goes to
+    the CPU time passes `max_cpu_s` or the clock passes `deadline` (`time.time()`; guards
+    for unattended runs on a shared machine: the schedule is then cut short); the checkpoint (Hugging Face weights + tokenizer + metrics.jsonl) goes to
     `out_dir` unless None."""
     tokenizer = load_tokenizer(cfg.tokenizer)
     special = special_ids(tokenizer)
@@ -163,6 +163,8 @@ def train_locally(cfg: TrainConfig, rows: list[dict[str, list]], out_dir: str | 
                         "mch": round(metrics["mch"], 5), "tokens": int(metrics["tokens"]),
                         "lr": lr, "grad_norm": round(grad_norm, 4)})
         if max_cpu_s is not None and time.process_time() - started_cpu > max_cpu_s:
+            break
+        if deadline is not None and time.time() > deadline:
             break
     run.steps = len(run.log)
     run.cpu_seconds = time.process_time() - started_cpu

@@ -108,11 +108,11 @@ def run_variant(name: str, args: argparse.Namespace, out: Path) -> dict:
                              args.cpu_budget)
     cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"max_steps": steps})})
     run = train_locally(cfg, rows.take(steps), out / name / "checkpoint",
-                        max_cpu_s=1.5 * args.cpu_budget)
+                        max_cpu_s=1.5 * args.cpu_budget, deadline=args.deadline)
     scores, _ = score_checkpoint(str(out / name / "checkpoint"), args.num_tasks,
                                  shards=[args.shards])
     return {"variant": name, "tokenizer": tokenizer_name, "overrides": overrides,
-            **run.summary(), "epochs": round(rows.epochs(steps), 2),
+            **run.summary(), "planned_steps": steps, "epochs": round(rows.epochs(steps), 2),
             "compose_cpu_s": round(rows.cpu_seconds, 1), **scores, "load": os.getloadavg()}
 
 
@@ -144,6 +144,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--set", nargs="*", default=[], help="overrides for every variant")
+    parser.add_argument("--deadline", type=float, default=None, help="Unix time at which "
+                        "training stops and saves what it has (steps done vs planned_steps)")
     parser.add_argument("--pretrained", default=None, help="converted SmolLM2 checkpoint "
                         "(scripts/convert_smollm2.py) for the smollm2_* variants")
     args = parser.parse_args()
