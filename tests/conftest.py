@@ -72,7 +72,6 @@ def ray_head(tmp_path_factory):
     head = RayHead(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}", env)
     import ray
 
-    head, temp_dir = _start_head(env)
     try:
         ray.init(address=head.address, logging_level="WARNING")
         yield head

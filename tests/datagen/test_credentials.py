@@ -90,8 +90,8 @@ def test_public_dump_redacts_and_keeps_the_rest():
                                     "token": None}
     assert openai["api_key_env"] == "MY_KEY", "the variable's name is no secret"
     assert leaks(PASSWORD, json.dumps(dump)) == [] and leaks(BODY_KEY, json.dumps(dump)) == []
-    # (`preferences` is left out at its default: see the fingerprint test below)
-    raw = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS | {"preferences"})
+    # (`preferences` and `round` are left out at their defaults: see the fingerprint test below)
+    raw = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS | {"preferences", "round"})
     assert {k: v for k, v in dump.items() if k != "teacher"} == {
         k: v for k, v in raw.items() if k != "teacher"}
 
@@ -103,9 +103,10 @@ def test_fingerprint_ignores_credentials_and_is_unchanged_without_them():
     assert fingerprint(one) == fingerprint(other), "a rotated password is the same data"
     assert fingerprint(one) != fingerprint(elsewhere), "another endpoint is not"
     # the hash of a password-free config is what it was before redaction existed (and before
-    # the `preferences` section, left out at its default): OUTs that older runs wrote resume
+    # the `preferences` section and the `round` field, left out at their defaults): OUTs that
+    # older runs wrote resume
     for config in (load_config("configs/demo.yaml"), _openai_config("http://h:1/v1")):
-        payload = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS | {"preferences"})
+        payload = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS | {"preferences", "round"})
         before = hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS))
         assert fingerprint(config) == before.hexdigest()[:16]
 
