@@ -13,7 +13,7 @@ are kept twice rather than shared through a package both would depend on.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -25,6 +25,9 @@ class ConfigError(ValueError):
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class ModelConfig(StrictModel):
@@ -404,8 +407,8 @@ class TrainConfig(StrictModel):
         return self
 
 
-def _format_errors(error: ValidationError, source: str) -> str:
-    lines = [f"invalid config ({source}):"]
+def _format_errors(error: ValidationError, source: str, kind: str = "config") -> str:
+    lines = [f"invalid {kind} ({source}):"]
     for item in error.errors():
         path = ".".join(str(part) for part in item["loc"]) or "(top level)"
         message = "unknown field" if item["type"] == "extra_forbidden" \
@@ -434,19 +437,26 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 def load_config(path: str | Path | None, overrides: list[str] | None = None,
                 base: dict[str, Any] | None = None) -> TrainConfig:
     """YAML file (or `base`), then `key=value` overrides, then validation."""
+    return load_model(TrainConfig, path, overrides, base)
+
+
+def load_model(model: type[ModelT], path: str | Path | None, overrides: list[str] | None = None,
+               base: dict[str, Any] | None = None, kind: str = "config") -> ModelT:
+    """`model` from a YAML file (or `base`), then `key=value` overrides, then validation; any
+    problem is a ConfigError naming the file or field (`kind` names the config in messages)."""
     data: dict[str, Any] = dict(base or {})
     source = str(path) if path else "arguments"
     if path:
         try:
             loaded = yaml.safe_load(Path(path).read_text()) or {}
         except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read config {path}: {exc}") from None
+            raise ConfigError(f"cannot read {kind} {path}: {exc}") from None
         if not isinstance(loaded, dict):
-            raise ConfigError(f"config {path} must be a YAML mapping")
+            raise ConfigError(f"{kind} {path} must be a YAML mapping")
         data.update(loaded)
     for item in overrides or []:
         _set_dotted(data, *parse_override(item))
     try:
-        return TrainConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, source)) from None
+        raise ConfigError(_format_errors(exc, source, kind)) from None

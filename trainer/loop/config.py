@@ -15,10 +15,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from trainer.config import ConfigError, StrictModel, parse_override
+from trainer.config import StrictModel, load_model
 
 
 
@@ -179,40 +178,6 @@ def loop_fingerprint(config: LoopConfig) -> str:
     return hashlib.sha256(json.dumps(dump, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _format(error: ValidationError, source: str) -> str:
-    lines = [f"invalid loop config ({source}):"]
-    for item in error.errors():
-        path = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        message = "unknown field" if item["type"] == "extra_forbidden" \
-            else item["msg"].removeprefix("Value error, ")
-        lines.append(f"  {path}: {message}")
-    return "\n".join(lines)
-
-
-def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    for key in keys[:-1]:
-        data = data.setdefault(key, {})
-        if not isinstance(data, dict):
-            raise ConfigError(f"override {dotted}: {key} is not a section")
-    data[keys[-1]] = value
-
-
 def load_loop_config(path: str | Path | None, overrides: list[str] | None = None) -> LoopConfig:
     """YAML file, then `key=value` overrides, then validation (ConfigError naming the field)."""
-    data: dict[str, Any] = {}
-    source = str(path) if path else "arguments"
-    if path:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read loop config {path}: {exc}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"loop config {path} must be a YAML mapping")
-        data.update(loaded)
-    for item in overrides or []:
-        _set_dotted(data, *parse_override(item))
-    try:
-        return LoopConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_format(exc, source)) from None
+    return load_model(LoopConfig, path, overrides, kind="loop config")
