@@ -80,8 +80,16 @@ def _first_batch(table, settings):
 
 
 def _safety_pool(out):
+    """Three safety pairs, one micro-batch: two dangerous (a call rejected) and a benign one (a
+    call chosen), so it holds both MCH labels whatever order the stage writes its kinds in (a
+    prompt injection's chosen side continues the task with a call: it is left out)."""
     table = _pool(out, rows=100_000)
-    return table.filter(pc.equal(table.column("source"), "safety")).slice(0, 6)
+    safety = table.filter(pc.equal(table.column("source"), "safety"))
+    benign = pc.starts_with(safety.column("kind"), "benign_")
+    injection = pc.equal(safety.column("kind"), "prompt_injection")
+    dangerous = safety.filter(pc.and_(pc.invert(benign), pc.invert(injection)))
+    harmless = safety.filter(benign)
+    return pa.concat_tables([dangerous.slice(0, 1), harmless.slice(0, 1), dangerous.slice(1, 1)])
 
 
 def test_a_step_trains_the_act_embedding_and_the_mch_and_not_the_reference(

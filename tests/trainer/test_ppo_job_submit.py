@@ -33,5 +33,5 @@ def test_ray_job_submit_runs_a_ppo_fit(ray_head, tiny_tokenizer_dir, tmp_path):
     assert [r["step"] for r in records] == [1] and records[0]["episodes"] == 2
     rollouts = pl.read_parquet(run_dir / "rollouts" / "iter-000000-rank0.parquet")
     assert rollouts.height == 2 and rollouts["group"].n_unique() == 1
-    checkpoints = sorted(Path(run_dir).glob("checkpoint_*"))
+    checkpoints = sorted(p for p in Path(run_dir).glob("checkpoint_*") if p.is_dir())
     assert checkpoints and (checkpoints[-1] / "value_head.safetensors").exists()

@@ -8,9 +8,8 @@ Tokenising a pair follows TRL: the prompt alone and prompt + each completion are
 and the completion starts where their tokens diverge (the chat markers are special tokens,
 so this is the prompt's end in practice). A pair longer than `max_seq_len` (prompt + either
 completion) is dropped, not cut (a cut prompt loses the system turn and tools, a cut
-completion its call), and counted; so is a pair with an empty completion. The DPO feed reads
-the shards in a seeded order, shuffles each shard's rows (seeded) and tokenises them a pool
-at a time, handing each pool's micro-batches on as they are ready (`pair_batch_stream`).
+completion its call), and counted; so is a pair with an empty completion. The DPO feed
+shuffles each block's rows (seeded) before pooling them (`shuffled_pairs`).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +37,6 @@ COMPACT_REFUSED = ("{root}/preferences was written with preferences.layout: comp
                    "pairs without prompt_text); the trainer reads the full layout: regenerate "
                    "with preferences.layout: full")
 REFERENCE_COLUMNS = ("id", "ref_chosen", "ref_rejected")
-STREAM_BLOCK_BYTES = 1 << 20  # the feed's output block target (see build_pair_dataset)
 
 
 @dataclass(frozen=True)
@@ -169,61 +167,33 @@ def _pool_pairs(pool: pa.Table, tokenizer: tokens.TextTokenizer, settings: PairS
     return TokenisedPairs(pairs, tokenised.too_long, tokenised.empty)
 
 
-def pair_batch_stream(table: pa.Table, settings: PairSettings) -> Iterator[pa.Table]:
-    """A block of preference rows -> its micro-batches, one pool at a time (a streaming
-    Ray Data stage yields each as it is ready). The block's rows are shuffled
-    (`shuffled_pairs`), cut into pools of `pairs_per_batch * bucket_pool_batches` rows, and
-    each pool tokenised and length-bucketed into micro-batches. A pool whose pairs are all
-    dropped has no batch to carry its counts: they go to the previous pool's batches (one
-    pool is held back for that) or, for the block's first pools, to the next one, so every
-    drop is counted (unless no pair of the whole block fits)."""
+def training_pair_batches(table: pa.Table, settings: PairSettings) -> pa.Table:
+    """Ray Data stage of the DPO feed: a block of preference rows -> its micro-batches.
+    The block's rows are shuffled (`shuffled_pairs`), cut into pools of
+    `pairs_per_batch * bucket_pool_batches` rows, and each pool length-bucketed into
+    micro-batches. A pool whose pairs are all dropped has no batch to carry its counts:
+    they go to the batches of a neighbouring pool of the block, so every drop is counted
+    (unless no pair of the whole block fits)."""
     tokenizer = tokens.load_tokenizer(settings.tokenizer)
     table = shuffled_pairs(table, settings)
     size = settings.pairs_per_batch * settings.bucket_pool_batches
-    held: TokenisedPairs | None = None
+    pools: list[TokenisedPairs] = []
     carried = (0, 0)
     for start in range(0, table.num_rows, size):
         pool = _pool_pairs(table.slice(start, size), tokenizer, settings)
         pool.too_long, pool.empty = pool.too_long + carried[0], pool.empty + carried[1]
-        carried = (0, 0)
-        if not pool.table.num_rows:
-            if held is not None:
-                held.too_long, held.empty = held.too_long + pool.too_long, held.empty + pool.empty
-            else:
-                carried = (pool.too_long, pool.empty)
-            continue
-        if held is not None:
-            yield _composed(held, settings)
-        held = pool
-    if held is not None:
-        yield _composed(held, settings)
-    else:  # no pair of the block fits: an empty batch table (its counts are lost)
-        yield pair_batches.compose_pairs(pair_batches.PAIR_SCHEMA.empty_table(),
-                                         settings.pairs_per_batch, settings.seed)
-
-
-def _composed(pool: TokenisedPairs, settings: PairSettings) -> pa.Table:
-    return pair_batches.compose_pairs(pool.table, settings.pairs_per_batch, settings.seed,
-                                      pool.too_long, pool.empty)
-
-
-def training_pair_batches(table: pa.Table, settings: PairSettings) -> pa.Table:
-    """All of a block's micro-batches (`pair_batch_stream`) as one table."""
-    return pa.concat_tables(list(pair_batch_stream(table, settings)))
-
-
-def _shard_pair_batches(paths: pa.Table, settings: PairSettings) -> Iterator[pa.Table]:
-    """Ray Data stage of the DPO feed: preference shard paths -> their micro-batches, a pool
-    at a time. A shard is read whole (its rows are shuffled together, as a block was when
-    the reader read them with Ray Data: a shard below Ray Data's 128 MiB block size is one
-    block), then tokenised pool by pool, so the first micro-batch waits for one shard's read
-    and two pools' tokenising, not for a whole shard's tokenising."""
-    columns = list(PREFERENCE_COLUMNS)
-    for path in paths.column("path").to_pylist():
-        table = pq.read_table(path, columns=columns)
-        if settings.reference_dir is not None:
-            table = table.append_column("path", pa.array([path] * table.num_rows, pa.string()))
-        yield from pair_batch_stream(table, settings)
+        if pool.table.num_rows:
+            pools.append(pool)
+            carried = (0, 0)
+        elif pools:
+            pools[-1].too_long, pools[-1].empty = (pools[-1].too_long + pool.too_long,
+                                                   pools[-1].empty + pool.empty)
+        else:
+            carried = (pool.too_long, pool.empty)
+    batches = [pair_batches.compose_pairs(pool.table, settings.pairs_per_batch, settings.seed,
+                                          pool.too_long, pool.empty) for pool in pools]
+    return pa.concat_tables(batches) if batches else pair_batches.compose_pairs(
+        pair_batches.PAIR_SCHEMA.empty_table(), settings.pairs_per_batch, settings.seed)
 
 
 def preference_files(shards: str | Path) -> list[str]:
@@ -240,14 +210,6 @@ def preference_files(shards: str | Path) -> list[str]:
     if COMPACT_MARKER in names:
         raise ValueError(COMPACT_REFUSED.format(root=root))
     return files
-
-
-def shard_order(files: list[str], seed: int) -> list[str]:
-    """The shards in the run's seeded order: the permutation Ray Data's
-    `randomize_block_order(seed)` gave the shards' blocks (one per shard) before."""
-    order = list(files)
-    np.random.default_rng(seed).shuffle(order)
-    return order
 
 
 def count_sources(files: list[str]) -> dict[str, int]:
@@ -271,17 +233,14 @@ def build_pair_dataset(settings: PairSettings) -> tuple[Any, dict[str, Any]]:
     if not any(chosen.values()):
         raise ValueError(f"{settings.shards}/preferences holds no pairs of sources "
                          f"{list(settings.sources)} (it has {counts})")
-    order = shard_order(files, settings.seed)
-    dataset = ray.data.from_items([{"path": path} for path in order],
-                                  override_num_blocks=len(order))
-    dataset = dataset.map_batches(_shard_pair_batches, fn_kwargs={"settings": settings},
-                                  batch_format="pyarrow", batch_size=1)  # a shard per call
-    # A map task's output is cut into blocks by size only (128 MiB by default): the pools it
-    # yields would reach the trainer when the whole shard is tokenised. A small target hands
-    # them on as they come (a block per ~STREAM_BLOCK_BYTES of micro-batches).
-    dataset.context.target_max_block_size = STREAM_BLOCK_BYTES
+    with_paths = settings.reference_dir is not None
+    dataset = ray.data.read_parquet(files, include_paths=with_paths)
+    dataset = dataset.select_columns(list(PREFERENCE_COLUMNS) + (["path"] if with_paths else []))
+    dataset = dataset.randomize_block_order(seed=settings.seed)
+    dataset = dataset.map_batches(training_pair_batches, fn_kwargs={"settings": settings},
+                                  batch_format="pyarrow", batch_size=None)  # a whole block
     info = {"preference_shards": len(files), "pairs_per_source": chosen,
-            "reference": "precomputed" if settings.reference_dir is not None else "model",
+            "reference": "precomputed" if with_paths else "model",
             "reference_dir": settings.reference_dir}
     return dataset, info
 
