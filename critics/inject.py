@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from datagen.envs import Environment
 from datagen.types import Observation, ToolCall, Trajectory
-from mutators import ALL_KINDS, Negative, Rejected, mutate_report
+from mutators import ALL_KINDS, MutationReport, Negative, Rejected, mutate_report
+
+# the mutation report already made at a step (same state, same call), or None
+KnownReports = Callable[[int], "MutationReport | None"]
 
 
 @dataclass(slots=True)
@@ -52,18 +55,22 @@ def _tool(traj: Trajectory, name: str) -> dict[str, Any]:
 
 
 def inject_error(traj: Trajectory, env: Environment, seed: int,
-                 kinds: Sequence[str] = ALL_KINDS) -> Injection | Rejected:
+                 kinds: Sequence[str] = ALL_KINDS,
+                 known: KnownReports | None = None) -> Injection | Rejected:
     """Inject one hard negative into `traj` (a seeded step and kind); Rejected when the
-    trajectory has no tool call, or no step admits a negative of the wanted kinds."""
+    trajectory has no tool call, or no step admits a negative of the wanted kinds.
+
+    known: step index -> the report `mutate_report` already gave for that step's call in the
+        state the trajectory had there, with the environment (the negatives stage's); the
+        kinds it covers are taken from it instead of being searched again."""
     rng = random.Random(seed)
     candidates = call_steps(traj)
     rng.shuffle(candidates)
     reasons: list[str] = []
     for index in candidates:
         replay(env, traj, index)
-        call = traj.steps[index].call
-        report = mutate_report(call.as_dict(), _tool(traj, call.name), seed=rng.randrange(2**31),
-                               env=env, other_tools=traj.tools, kinds=tuple(kinds))
+        report = step_report(traj, index, env, rng.randrange(2**31), tuple(kinds),
+                             known(index) if known is not None else None)
         if not report.negatives:
             reasons.append(f"step {index}: " + "; ".join(sorted(report.impossible)))
             continue
@@ -76,3 +83,26 @@ def inject_error(traj: Trajectory, env: Environment, seed: int,
         return Rejected("no_tool_call", "the trajectory makes no tool call")
     return Rejected("no_injectable_step", "no injectable step (" + ", ".join(reasons[:3]) + ")")
 
+
+
+def step_report(traj: Trajectory, index: int, env: Environment, seed: int,
+                kinds: tuple[str, ...], known: MutationReport | None) -> MutationReport:
+    """The negatives of `kinds` for the call at step `index` (`env` in the state before it):
+    those `known` covers (made or found impossible) from it, the others searched with `seed`,
+    in `kinds` order either way."""
+    covered = set() if known is None else {n.kind for n in known.negatives} | set(known.impossible)
+    missing = tuple(kind for kind in kinds if kind not in covered)
+    call = traj.steps[index].call
+    fresh = mutate_report(call.as_dict(), _tool(traj, call.name), seed=seed, env=env,
+                          other_tools=traj.tools, kinds=missing) if missing else MutationReport()
+    if known is None:
+        return fresh
+    merged = MutationReport()
+    for kind in kinds:
+        source = fresh if kind in missing else known
+        negative = source.get(kind)
+        if negative is not None:
+            merged.negatives.append(negative)
+        elif kind in source.impossible:
+            merged.impossible[kind] = source.impossible[kind]
+    return merged

@@ -83,6 +83,9 @@ class StageContext:
     teacher: Any  # the run's Teacher: an LLM critic may share its loaded model
     tokenizer: Any = None
     tokenizer_name: str | None = None
+    # what a stage leaves for later stages of the same worker, by name (the negatives stage's
+    # mutation reports, which the critics stage reuses at the step it injects an error into)
+    handoff: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from datagen.config import CriticsConfig, GenerateConfig
 from datagen.pipeline.stages.base import (Stage, StageBatch, StageContext, StageOutput,
                                           register_stage)
+from datagen.pipeline.stages.negatives import StepReports
 from datagen.pipeline.stages.tables import PREFERENCES, REPAIRS, preferences_table
 from datagen.preferences import prompt_by_reference
 from datagen.teachers import EnvPool, Teacher, make_teacher
@@ -64,10 +65,13 @@ class CriticStage(Stage):
     tables = (REPAIRS, PREFERENCES)
 
     def __init__(self, config: CriticsConfig, run_seed: int, critic: Critic | None = None,
-                 preferences_layout: str = "full") -> None:
+                 preferences_layout: str = "full", reports: StepReports | None = None) -> None:
         self.config = config
         self.run_seed = run_seed
         self.critic = critic or make_critic(config)
+        # the negatives stage's reports of this batch: an injection at a step it mutated
+        # reuses the kinds it searched (see `StepReports`); None or empty: searched here
+        self.reports = reports
         # compact: a repair pair's prompt is the start of its repairs/ row; safety pairs keep
         # theirs (their conversations are in no table), with the reference columns null
         self.compact = preferences_layout == "compact"
@@ -81,7 +85,8 @@ class CriticStage(Stage):
     def build(cls, config: GenerateConfig, context: StageContext) -> CriticStage:
         return cls(config.critics, config.seed,
                    make_critic(config.critics, context.teacher, context.out),
-                   config.preferences.layout)
+                   config.preferences.layout,
+                   context.handoff.setdefault(StepReports.HANDOFF, StepReports()))
 
     def run(self, trajectories: list[Trajectory], envs: EnvPool) -> StageOutput:
         batch = StageBatch()
@@ -127,7 +132,10 @@ class CriticStage(Stage):
         env = envs.get(traj.task.env)
         if traj.success and rng.random() < self.config.inject_rate:
             batch.count("counts", "injected")
-            injection = inject_error(traj, env, rng.randrange(2**31), self.config.kinds)
+            reports = self.reports
+            known = None if not reports else (
+                lambda index: reports.get(traj.id, index, traj.steps[index].call))
+            injection = inject_error(traj, env, rng.randrange(2**31), self.config.kinds, known)
             result = injection if isinstance(injection, Rejected) else repair_injection(
                 env, injection, critic, rng)
             self._emit(result, rng, batch)

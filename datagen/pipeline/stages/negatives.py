@@ -27,7 +27,7 @@ from datagen.types import Step, ToolCall, Trajectory, stable_seed
 
 if TYPE_CHECKING:
     from datagen.pipeline.inspect import DatasetView
-    from mutators import Negative
+    from mutators import MutationReport, Negative
 
 
 def _json(value: Any) -> str:
@@ -54,6 +54,35 @@ def ran_cleanly(step: Step) -> bool:
     return step.error is None and step.observation is not None and step.observation.error is None
 
 
+class StepReports:
+    """The negatives stage's mutation reports of its last batch, per (trajectory id, step).
+
+    The critics stage injects its error at a step of a successful trajectory, in the same
+    state (the environment replayed to that step) and for the same call: the kinds a report
+    covers need not be searched again there (the critics' second `mutate_report` cost about
+    half of that stage). Only reports made with the execution check are kept, so a reused
+    logical error was run and shown to change the outcome, as one searched anew would be."""
+
+    HANDOFF = "negative_reports"  # its name in `StageContext.handoff`
+
+    def __init__(self) -> None:
+        self._reports: dict[tuple[str, int], tuple[ToolCall, MutationReport]] = {}
+
+    def clear(self) -> None:
+        self._reports.clear()
+
+    def put(self, traj_id: str, step: int, call: ToolCall, report: MutationReport) -> None:
+        self._reports[(traj_id, step)] = (call, report)
+
+    def get(self, traj_id: str, step: int, call: ToolCall) -> MutationReport | None:
+        """The report of `step`, if it was made for this very call."""
+        found = self._reports.get((traj_id, step))
+        return found[1] if found is not None and found[0] == call else None
+
+    def __len__(self) -> int:
+        return len(self._reports)
+
+
 @register_stage
 class NegativeStage(Stage):
     """Runs the mutators over a batch of trajectories (one environment instance per family).
@@ -64,11 +93,14 @@ class NegativeStage(Stage):
     tables = (NEGATIVES, PREFERENCES)
 
     def __init__(self, config: NegativesConfig, run_seed: int,
-                 preferences_layout: str = "full") -> None:
+                 preferences_layout: str = "full", reports: StepReports | None = None) -> None:
         # imported here: the mutators cost every worker's start-up only when the stage is on
         from mutators import mutate_report
 
         self.config, self.run_seed, self.mutate_report = config, run_seed, mutate_report
+        # kept for the critics stage; a report made without executing proves less than the
+        # critics' own check, so none is handed on then
+        self.reports = reports if config.execute else None
         self.compact = preferences_layout == "compact"
         self.output_tables = (NEGATIVES, preferences_table(preferences_layout))
 
@@ -78,10 +110,13 @@ class NegativeStage(Stage):
 
     @classmethod
     def build(cls, config: GenerateConfig, context: StageContext) -> NegativeStage:
-        return cls(config.negatives, config.seed, config.preferences.layout)
+        return cls(config.negatives, config.seed, config.preferences.layout,
+                   context.handoff.setdefault(StepReports.HANDOFF, StepReports()))
 
     def run(self, trajectories: list[Trajectory], envs: EnvPool) -> StageOutput:
         batch = StageBatch()
+        if self.reports is not None:
+            self.reports.clear()  # the last batch's steps are of no use to this one
         for traj in trajectories:
             if traj.success:
                 try:
@@ -104,6 +139,8 @@ class NegativeStage(Stage):
                                         other_tools=traj.tools, kinds=self.config.kinds,
                                         max_env_checks=self.config.max_env_checks,
                                         original_valid=vouched and ran_cleanly(step))
+            if self.reports is not None:
+                self.reports.put(traj.id, index, step.call, report)
             original = _json(step.call.as_dict()) if report.negatives else None
             for negative in report.negatives:
                 batch.count("produced", negative.kind)
