@@ -118,7 +118,8 @@ def mutate_report(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *,
                   env: Any = None, other_tools: Iterable[dict[str, Any]] | None = None,
                   kinds: Sequence[str] = KINDS,
                   operators: Mapping[str, Sequence[Operator]] | None = None,
-                  max_env_checks: int = 12, original_valid: bool = False) -> MutationReport:
+                  max_env_checks: int = 12, original_valid: bool = False,
+                  advance: bool = False) -> MutationReport:
     """Hard negatives for a valid `call` of `tool`, one per kind in `kinds` when possible,
     and for the others the reason in `impossible`.
 
@@ -135,6 +136,11 @@ def mutate_report(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *,
         validator already, e.g. an environment ran it without an argument error), so it is
         not validated again. Negatives from an invalid original prove nothing: when in
         doubt leave it False, and an invalid call is reported as `invalid_original`.
+    advance: leave `env` in the state after `call` instead of as found, as `env.step(call)`
+        would (a caller replaying a trajectory steps each call after mutating it): when the
+        last kind's outcome check ran the original, its after-state is restored, otherwise
+        the call is stepped here (an exception from that step propagates, as the caller's
+        own step would have raised).
 
     Never raises on data: whatever the call, the tool spec, the environment or the other
     tools hold, and whatever the seed (an int of any size, or any value with a `str()`),
@@ -154,18 +160,24 @@ def mutate_report(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *,
     except Exception as exc:  # noqa: BLE001 - errors become data, never a crash
         ctx = Rejected("unreadable", f"cannot read the call, tool or seed: "
                                      f"{type(exc).__name__}: {_clip(exc)}")
-    for kind in kind_list:
+    advanced = False
+    for position, kind in enumerate(kind_list, 1):
         key = kind if isinstance(kind, str) else _clip(repr(kind))
         spec = SPECS.get(kind) if isinstance(kind, str) else None
         if isinstance(ctx, Rejected) or spec is None:
             report.impossible[key] = ctx if isinstance(ctx, Rejected) else _unknown_kind(kind)
             continue
-        result = _run_kind_safely(spec, ctx, f"{seed_text}:{kind}", env, operators,
-                                  max_env_checks)
+        # only the last kind may leave the environment after the call: the others' checks
+        # must start from the state the call is made in
+        result, advanced = _run_kind_safely(spec, ctx, f"{seed_text}:{kind}", env, operators,
+                                            max_env_checks,
+                                            advance and position == len(kind_list))
         if isinstance(result, Negative):
             report.negatives.append(result)
         else:
             report.impossible[key] = result
+    if advance and not advanced and env is not None:
+        env.step(copy_json(call))
     return report
 
 
@@ -206,22 +218,27 @@ def _clip(value: Any, limit: int = 200) -> str:
 
 def _run_kind_safely(spec: KindSpec, ctx: MutationContext, rng_seed: str, env: Any,
                      operators: Mapping[str, Sequence[Operator]] | None,
-                     max_env_checks: int) -> Negative | Rejected:
-    """One kind, with its own RNG and outcome probe; any failure becomes the reason."""
-    kind, ctx.probe = spec.name, None
+                     max_env_checks: int, advance: bool = False,
+                     ) -> tuple[Negative | Rejected, bool]:
+    """One kind, with its own RNG and outcome probe; any failure becomes the reason. Also
+    whether the environment was left after the original call (`advance`, see
+    `OutcomeProbe.close`)."""
+    kind, ctx.probe, advanced = spec.name, None, False
     try:
-        if operators and kind in operators:
-            spec = replace(spec, operators=tuple(operators[kind]))
-        ctx.rng, ctx.seed = random.Random(rng_seed), rng_seed
-        ctx.probe = OutcomeProbe(env, ctx.call, max_env_checks) if (
-            spec.outcome_checked and can_execute(env)) else None
-        return _run_kind(spec, ctx)
-    except Exception as exc:  # noqa: BLE001
-        return Rejected("mutator_failed",
-                        f"the {kind} mutator failed: {type(exc).__name__}: {_clip(exc)}")
+        try:
+            if operators and kind in operators:
+                spec = replace(spec, operators=tuple(operators[kind]))
+            ctx.rng, ctx.seed = random.Random(rng_seed), rng_seed
+            ctx.probe = OutcomeProbe(env, ctx.call, max_env_checks) if (
+                spec.outcome_checked and can_execute(env)) else None
+            result = _run_kind(spec, ctx)
+        except Exception as exc:  # noqa: BLE001
+            result = Rejected("mutator_failed",
+                              f"the {kind} mutator failed: {type(exc).__name__}: {_clip(exc)}")
     finally:
         if ctx.probe is not None:
-            ctx.probe.close()
+            advanced = ctx.probe.close(advance)
+    return result, advanced
 
 
 def mutate(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *, env: Any = None,

@@ -7,12 +7,18 @@ exactly as it was found. A candidate whose step raises is a failed candidate, no
 
 "The outcome changed" means the observation differs, or the state after the step differs
 (a `create_*` call often answers "created E-5" whatever its arguments). The original is run
-once for the baseline. The first time a tool of an environment class is probed, the original
-is run twice: if its observations differ the environment is not deterministic and nothing can
-be verified (and the check is repeated on every later call); if only its after-states differ,
-states are not comparable (an opaque snapshot without equality) and only observations are
-compared. A verdict of "deterministic" is kept per (environment class, tool): the second run
-of every call cost ~12% of the demo pipeline's CPU.
+once for the baseline, in the live environment right after the snapshot (it is in the
+snapshot's state: no restore needed). The first time a tool of an environment class is probed,
+the original is run twice: if its observations differ the environment is not deterministic and
+nothing can be verified (and the check is repeated on every later call); if only its
+after-states differ, states are not comparable (an opaque snapshot without equality) and only
+observations are compared, and no state is snapshotted after a candidate. A verdict of
+"deterministic" is kept per (environment class, tool): the second run of every call cost ~12%
+of the demo pipeline's CPU.
+
+`close(advance=True)` leaves the environment in the state after the original call (the
+baseline run's), for a caller that would step the original next anyway (the negatives stage
+replaying a trajectory): that saves it the step.
 """
 
 from __future__ import annotations
@@ -59,14 +65,18 @@ class OutcomeProbe:
         self.failure: str | None = None
         self._state: Any = _UNSET
         self._baseline: Any = _UNSET
+        self._after: Any = _UNSET  # the state after the original (baseline) run
         self._states_comparable = False
         self.last_change = ""
 
-    def _run(self, call: dict[str, Any]) -> tuple[Any, Any]:
-        """(observation key, state after) of `call` executed from the snapshot."""
-        self.env.restore(self._state)
+    def _run(self, call: dict[str, Any], restore: bool = True,
+             keep_state: bool = True) -> tuple[Any, Any]:
+        """(observation key, state after or None) of `call` executed from the snapshot
+        (`restore=False`: the environment is in the snapshot's state already)."""
+        if restore:
+            self.env.restore(self._state)
         observation = observation_key(self.env.step(copy_json(call)))
-        return observation, self.env.snapshot()
+        return observation, self.env.snapshot() if keep_state else None
 
     def _ready(self) -> bool:
         """Snapshot and run the original (twice where determinism is not known yet), once;
@@ -81,7 +91,8 @@ class OutcomeProbe:
         name = self.original.get("name") if isinstance(self.original, dict) else None
         key = (type(self.env), str(name))
         try:
-            first = self._run(self.original)
+            first = self._run(self.original, restore=False)
+            self._after = first[1]
             comparable = _DETERMINISTIC.get(key)
             if comparable is None:
                 comparable = self._check_determinism(first)
@@ -113,7 +124,7 @@ class OutcomeProbe:
             return False
         self.used += 1
         try:
-            observation, state = self._run(call)
+            observation, state = self._run(call, keep_state=self._states_comparable)
         except Exception:  # noqa: BLE001 - a candidate that crashes the env is just rejected
             return False
         if observation != self._baseline[0]:
@@ -132,10 +143,16 @@ class OutcomeProbe:
                     "outcome (observation or state)")
         return "no executed candidate changed the outcome (observation or state)"
 
-    def close(self) -> None:
-        """Leave the environment as it was found (restore the snapshot, if one was taken)."""
-        if self._state is not _UNSET:
-            try:
-                self.env.restore(self._state)
-            except Exception as exc:  # noqa: BLE001
-                self.failure = self.failure or f"env.restore() failed: {exc}"
+    def close(self, advance: bool = False) -> bool:
+        """Leave the environment as it was found (restore the snapshot, if one was taken);
+        with `advance`, in the state after the original call when the probe ran it cleanly
+        in a deterministic environment. Returns whether it is in that after-state."""
+        if self._state is _UNSET:
+            return False
+        advanced = advance and self._after is not _UNSET and self._baseline is not _UNSET
+        try:
+            self.env.restore(self._after if advanced else self._state)
+        except Exception as exc:  # noqa: BLE001
+            self.failure = self.failure or f"env.restore() failed: {exc}"
+            return False
+        return advanced

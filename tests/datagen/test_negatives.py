@@ -147,3 +147,23 @@ def test_an_environment_that_does_not_vouch_gets_its_calls_validated():
     assert step.observation.error is None
     batch = NegativeStage(NegativesConfig(), run_seed=0).run([traj], UnvouchedPool())
     assert batch.stats["impossible_why"][f"{NegativesConfig().kinds[0]}: invalid_original"] >= 1
+
+
+def test_moving_the_env_on_through_the_outcome_check_changes_no_row():
+    # mutate_report(advance=True) restores the state its check left after the call instead
+    # of the stage stepping the call: the rows must be those of stepping it
+    trajectories = oracle_trajectories(30)
+    stage = NegativeStage(NegativesConfig(), run_seed=0)
+    advanced = stage.run(trajectories, EnvPool())
+    real = stage.mutate_report
+
+    def then_step(call, tool, **kwargs):
+        report = real(call, tool, **{**kwargs, "advance": False})
+        kwargs["env"].step(call)
+        return report
+
+    stage.mutate_report = then_step
+    stepped = stage.run(trajectories, EnvPool())
+    assert advanced.rows("negatives") and advanced.stats == stepped.stats
+    for table in ("negatives", "preferences"):
+        assert advanced.tables[table].equals(stepped.tables[table])

@@ -130,15 +130,19 @@ class NegativeStage(Stage):
         view = TrajectoryView(traj)
         tools = {tool["function"]["name"]: tool for tool in traj.tools}
         vouched = getattr(env, "validates_arguments", False) is True
+        executed = self.config.execute
         for index, step in enumerate(traj.steps):
             if step.call is None:
                 continue
+            # with the execution check, mutate_report also moves the env on past the call
+            # (often by restoring the after-state its outcome check made: one step less)
             report = self.mutate_report(step.call.as_dict(), tools[step.call.name],
                                         seed=stable_seed(self.run_seed, traj.id, index),
-                                        env=env if self.config.execute else None,
+                                        env=env if executed else None,
                                         other_tools=traj.tools, kinds=self.config.kinds,
                                         max_env_checks=self.config.max_env_checks,
-                                        original_valid=vouched and ran_cleanly(step))
+                                        original_valid=vouched and ran_cleanly(step),
+                                        advance=executed)
             if self.reports is not None:
                 self.reports.put(traj.id, index, step.call, report)
             original = _json(step.call.as_dict()) if report.negatives else None
@@ -150,7 +154,8 @@ class NegativeStage(Stage):
             for kind, rejected in report.impossible.items():
                 batch.count("impossible", kind)
                 batch.count("impossible_why", f"{kind}: {rejected.kind}")
-            env.step(step.call.as_dict())
+            if not executed:
+                env.step(step.call.as_dict())
 
     @classmethod
     def summary_lines(cls, stats: dict[str, Any]) -> list[str]:
