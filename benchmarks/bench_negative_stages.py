@@ -5,7 +5,8 @@
 
 The same oracle trajectories (the built-in environments, `configs/demo.yaml`'s negatives and
 critics settings: three kinds, the execution check) go through `NegativeStage.run` and
-`CriticStage.run` `--rounds` times after a warm-up; the best CPU time of each is printed. Under
+`CriticStage.run` `--rounds` times after a warm-up (the critics with the negatives stage's
+reports of the same trajectories, as in a chunk); the best CPU time of each is printed. Under
 load compare two checkouts by running this in each, interleaved, several times. `--counts`
 instead runs the negatives stage once under cProfile and prints how often the costly
 operations ran per gold call (environment steps, SQLite restores and new connections,
@@ -33,10 +34,11 @@ COUNTED = {  # function name -> file it must come from (None: a C function)
 def stages():
     from datagen.config import CriticsConfig, NegativesConfig
     from datagen.pipeline.stages.critics import CriticStage
-    from datagen.pipeline.stages.negatives import NegativeStage
+    from datagen.pipeline.stages.negatives import NegativeStage, StepReports
 
-    return {"negatives": NegativeStage(NegativesConfig(), run_seed=0),
-            "critics": CriticStage(CriticsConfig(), run_seed=0)}
+    reports = StepReports()  # as a chunk worker wires them: the critics reuse these
+    return {"negatives": NegativeStage(NegativesConfig(), run_seed=0, reports=reports),
+            "critics": CriticStage(CriticsConfig(), run_seed=0, reports=reports)}
 
 
 def best_seconds(trajectories, rounds: int) -> dict[str, float]:

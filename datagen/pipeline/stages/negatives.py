@@ -3,11 +3,13 @@
 For each successful trajectory the environment is replayed from `reset`: before each step the
 mutators get the call, its tool, the other tools and the live environment (so logical errors
 use entities that really exist and are verified to change the observation), then the correct
-call is executed to move on. Each negative becomes a `negatives` row and a `preferences` row
+call is executed to move on (`mutate_report(advance=True)`: usually by restoring the state its
+outcome check reached by running that call). Each negative becomes a `negatives` row and a `preferences` row
 (prompt up to the step; chosen = the correct turn; rejected = the same reasoning with the
 wrong call), which is also the meta-cognitive head's "incorrect step" label. A kind that
 cannot be made for a call is counted by the kind of its rejection (`no_candidate`,
-`none_accepted` ...), never faked.
+`none_accepted` ...), never faked. The batch's reports are kept (`StepReports`) for the critics
+stage, which injects its errors at some of the same steps.
 """
 
 from __future__ import annotations
