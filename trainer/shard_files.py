@@ -13,10 +13,15 @@ datagen/pipeline/storage.py: training never imports datagen.)
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 import pyarrow.fs as pafs
+
+from trainer.contract import CHUNK_MARKERS, marker_of
+
+log = logging.getLogger(__name__)
 
 
 def is_uri(location: str | Path) -> bool:
@@ -27,16 +32,30 @@ def _fs(uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(uri)
 
 
-def part_files(root: str | Path, table: str) -> list[str]:
-    """OUT/<table>/part-*.parquet, sorted, as paths (a directory) or URIs (a store)."""
-    if not is_uri(root):
-        return sorted(str(p) for p in (Path(root) / table).glob("part-*.parquet"))
-    folder = f"{str(root).rstrip('/')}/{table}"
-    fs, path = _fs(folder)
+def _names(folder: str | Path) -> list[str]:
+    """File names directly in a folder (none when it is missing)."""
+    if not is_uri(folder):
+        return [p.name for p in Path(folder).glob("*") if p.is_file()]
+    fs, path = _fs(str(folder))
     found = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    return sorted(f"{folder}/{info.base_name}" for info in found
-                  if info.type == pafs.FileType.File and info.base_name.startswith("part-")
-                  and info.base_name.endswith(".parquet"))
+    return [info.base_name for info in found if info.type == pafs.FileType.File]
+
+
+def part_files(root: str | Path, table: str) -> list[str]:
+    """OUT/<table>/part-*.parquet of complete chunks, sorted, as paths (a directory) or URIs
+    (a store). A shard whose chunk has no marker (a killed or running chunk's: on a store
+    it is written at its final key) is left out; an OUT without `_chunks/` (written by hand,
+    or copied without it) is read whole."""
+    names = sorted(n for n in _names(join(root, table))
+                   if n.startswith("part-") and n.endswith(".parquet"))
+    markers = set(_names(join(root, CHUNK_MARKERS)))
+    if markers:
+        unmarked = [n for n in names if marker_of(n) not in markers]
+        if unmarked:
+            log.warning("%s: %d shard(s) of incomplete chunks left out (%s...)",
+                        join(root, table), len(unmarked), unmarked[0])
+            names = [n for n in names if marker_of(n) in markers]
+    return [join(root, f"{table}/{n}") for n in names]
 
 
 def join(root: str | Path, relative: str) -> str:

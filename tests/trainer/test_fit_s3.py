@@ -100,3 +100,41 @@ def test_no_key_in_the_runs_output_metrics_or_files(sad_from_s3, s3):
     for path in Path(run_dir).rglob("*"):
         if path.is_file() and path.stat().st_size < 50_000_000:
             assert s3.secret.encode() not in path.read_bytes(), path
+
+
+def test_dpo_on_an_s3_out_keeps_its_reference_log_probs_beside_the_data(
+        sad_from_s3, ray_head, s3, s3_out, trainer_tokenizer, tmp_path):
+    """`dpo.reference: precomputed` with no `dpo.reference_dir`: the reference pass writes
+    OUT/reference_logps/<key>/ into the bucket (marker last) and the training stream, in Ray
+    Data tasks, reads it from there; the policy starts as its reference (loss log 2)."""
+    from trainer.config import load_config
+    from trainer.fit import absolute_paths
+    from trainer.reference import reference_dir, reference_key
+
+    sad_dir, _, sad = sad_from_s3
+    assert sad.returncode == 0, sad.stderr[-2000:]
+    run_dir = tmp_path / "dpo"
+    settings = [f"run_dir={run_dir}", f"shards={s3_out}", f"tokenizer={trainer_tokenizer}",
+                f"model.init_from={sad_dir}", "run.max_steps=2", "run.save_every=2",
+                "run.progress=false", "data.max_seq_len=1536", "dpo.sources=[safety]",
+                "dpo.rpo_alpha=0", "dpo.batch_size=2", "dpo.reference=precomputed"]
+    result = subprocess.run(fit_command(ray_head, "dpo_tiny.yaml", *settings), cwd=ROOT,
+                            env=job_env(ray_head, s3), capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout[result.stdout.index("{"):])
+    records = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2]
+    assert records[0]["dpo_loss"] == pytest.approx(0.6931472, abs=1e-4)
+    # where the values are: the key's directory under OUT on s3://, complete, one part per
+    # preferences shard; a rerun computes the same key from the same listing and reuses it
+    bucket, prefix = s3_out.removeprefix("s3://").split("/", 1)
+    cfg = absolute_paths(load_config(ROOT / "configs" / "dpo_tiny.yaml", settings))
+    directory = report["data"]["reference_dir"]
+    assert directory.startswith(f"{s3_out}/reference_logps/")
+    names = {key.rpartition("/")[2] for key in s3.keys(bucket, directory.split(bucket + "/")[1])}
+    assert {"_COMPLETE", "manifest.json"} <= names
+    shards = {key.rpartition("/")[2] for key in s3.keys(bucket, f"{prefix}/preferences/")}
+    assert set() < {n for n in names if n.startswith("part-")} <= shards
+    assert reference_dir(cfg, reference_key(cfg)) == directory
+    assert s3.secret not in result.stdout + result.stderr
