@@ -11,11 +11,13 @@ lease with a time to live:
   stays young while the run lives, and notices when it was taken over (412): it then records
   the loss (naming the run that holds the lease now) and stops renewing.
 - fence: the lease carries a random token of its run. Chunk workers check it (`LeaseFence`,
-  one GET) before writing a chunk's shards and again before its marker, so a run whose lease
+  one GET) before each shard of a chunk and again before its marker, so a run whose lease
   was taken over (it paused past the TTL: a stopped process, a long GC, a partitioned node)
   commits no chunk after the loss, and its driver writes no manifest: it stops with
-  `LeaseLost`, which names the other run. What a fence cannot close: a pause between the
-  check and the PUT that follows it (milliseconds, against a TTL of minutes).
+  `LeaseLost`, which names the other run. What a fence cannot close: the PUT that follows a
+  passed check. A shard put in flight when the lease went may still land; it has no marker,
+  so readers and resume ignore it, and the run holding OUT overwrites it when it writes that
+  chunk (seen in the takeover test under a load of 40 on 2 cores).
 - takeover: a lease not renewed for longer than its TTL belongs to a dead run (SIGKILL, OOM,
   a lost node). Its age is measured on the store's clock (the GET's `Date` minus the object's
   `Last-Modified`), so skew between hosts does not count. The new run replaces it with

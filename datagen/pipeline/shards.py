@@ -261,8 +261,8 @@ class ShardStore:
         self.tables = list(dict.fromkeys(tables))
         self.tmp = self._where(TMP_DIR)
         self.markers = self._where("_chunks")
-        # run before a chunk's shards and before its marker: raises when this run may no
-        # longer write OUT (its s3 lease was taken over: s3lease.LeaseFence)
+        # run before each shard and before the marker of a chunk: raises when this run may
+        # no longer write OUT (its s3 lease was taken over: s3lease.LeaseFence)
         self.fence: Callable[[], None] | None = None
 
     def _where(self, relative: str) -> Path | str:
@@ -443,11 +443,11 @@ class ShardStore:
         once it exists, on a filesystem and on an object store alike). Returns its record."""
         started = time.process_time()
         shards: dict[str, ShardInfo] = {}
-        if self.fence is not None:
-            self.fence()
         for name, table in tables.items():
             data = parquet_bytes(table)
             file = self.shard_file(name, chunk)
+            if self.fence is not None:
+                self.fence()
             self.storage.write(file, data)
             shards[name] = ShardInfo(file=file, rows=table.num_rows, bytes=len(data),
                                      sha256=hashlib.sha256(data).hexdigest())

@@ -126,7 +126,7 @@ def test_a_live_lease_refuses_a_second_run_and_a_dead_ones_is_taken_over(s3):
 
 def test_of_two_runs_starting_together_exactly_one_gets_the_lease(s3):
     uri = f"s3://{s3.bucket()}/out"
-    barrier, outcomes = threading.Barrier(4), []
+    barrier, outcomes, won = threading.Barrier(4), [], []
 
     def start(n: int) -> None:
         lock = S3LeaseLock(uri, {"host": "h", "pid": n, "started": "now", "command": "c",
@@ -135,6 +135,7 @@ def test_of_two_runs_starting_together_exactly_one_gets_the_lease(s3):
         try:
             lock.acquire()
             outcomes.append(("won", n))
+            won.append(lock)
         except RunLocked as exc:
             outcomes.append(("refused", exc.owner.pid if exc.owner else None))
 
@@ -143,6 +144,8 @@ def test_of_two_runs_starting_together_exactly_one_gets_the_lease(s3):
         thread.start()
     for thread in threads:
         thread.join()
+    for lock in won:
+        lock.release()  # its heartbeat would outlive the server
     winners = [n for what, n in outcomes if what == "won"]
     assert len(winners) == 1
     assert all(n == winners[0] for what, n in outcomes if what == "refused")
