@@ -38,6 +38,16 @@ PREFERENCE_COLUMNS = ("id", "trajectory_id", "step", "source", "kind", "prompt_t
                       "chosen_text", "rejected_text")
 PREFERENCE_SOURCES = ("negative", "repair", "safety")
 
+# A chunk's shards are <table>/part-K.parquet; the chunk is complete once its marker
+# _chunks/chunk-K.json exists (written last). A shard without one is a killed chunk's leftover.
+CHUNK_MARKERS = "_chunks"
+
+
+def marker_of(shard_name: str) -> str:
+    """`part-000007.parquet` -> `chunk-000007.json`: the marker (under CHUNK_MARKERS) that makes
+    that shard part of the dataset."""
+    return shard_name.replace("part-", "chunk-", 1).replace(".parquet", ".json")
+
 
 def call_act_text(name: str, arguments: Any) -> str:
     """The ACT span of a tool-call turn as the template writes it: the call block and the

@@ -56,11 +56,10 @@ def checkpoint_dir(path: str | None) -> str | None:
 def absolute_paths(cfg: TrainConfig) -> TrainConfig:
     """Workers do not share the driver's working directory: resolve paths here (and run
     directories given as checkpoints to their newest checkpoint, once, at the start)."""
-    def absolute(path: str | None) -> str | None:
-        return str(Path(path).expanduser().resolve()) if path else path
+    def absolute(path: str | None) -> str | None:  # a URI is the same everywhere
+        return str(Path(path).expanduser().resolve()) if path and not is_uri(path) else path
 
-    shards = cfg.shards if cfg.shards and is_uri(cfg.shards) else absolute(cfg.shards)
-    updates = {"run_dir": absolute(cfg.run_dir), "shards": shards,
+    updates = {"run_dir": absolute(cfg.run_dir), "shards": absolute(cfg.shards),
                "tokenizer": absolute(cfg.tokenizer)}
     model = cfg.model.model_copy(update={"init_from": checkpoint_dir(absolute(cfg.model.init_from))})
     loss = cfg.loss.model_copy(update={"teacher_model": absolute(cfg.loss.teacher_model)})

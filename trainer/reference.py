@@ -11,6 +11,15 @@ precomputed once and stored beside the data.
   values depend on (reference weights, tokenizer, max_seq_len, sources, modifications,
   shards); the training stream reads them beside the pairs. A 32B job then holds one model.
   A complete directory (its `_COMPLETE` marker written last) is reused by later runs.
+
+Where the directory lives: beside the data, `OUT/reference_logps/<key digest>/`, also when
+OUT is an object store (`s3://...`), unless `dpo.reference_dir` names another place. Not a
+local cache on the driver: the training stream attaches the values in Ray Data tasks on any
+node, and the one place every node reaches (with the credentials it already needs for the
+shards) is the store the shards are in. Its files are written whole (trainer.shard_files:
+a rename locally, a single PUT on a store) and `_COMPLETE` last, so a pass killed part way is
+never taken for a complete one; the key holds the preference shards' names, sizes and times,
+so regenerated data gets a new directory.
 """
 
 from __future__ import annotations
@@ -18,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +40,7 @@ from trainer.model import AgentQwen2ForCausalLM
 from trainer.pair_batches import Pairs
 from trainer.readers.preferences import PairSettings
 from trainer.preference_loss import PreferenceSettings, sequence_logps_fn
+from trainer.shard_files import exists, join, part_files, read_bytes, stamps, write_bytes
 
 log = logging.getLogger(__name__)
 COMPLETE = "_COMPLETE"
@@ -88,14 +97,15 @@ def reference_key(cfg: TrainConfig) -> dict[str, Any]:
             "dtype": cfg.model.dtype, "chunk": cfg.dpo.chunk_size,
             "modifications": cfg.model.model_dump(mode="json", exclude={"init_from", "builder",
                                                                         "gradient_checkpointing"}),
-            "shards": _files_key(Path(cfg.shards) / "preferences", ("part-*.parquet",))}
+            "shards": stamps(part_files(cfg.shards, "preferences"))}
 
 
-def reference_dir(cfg: TrainConfig, key: dict[str, Any]) -> Path:
+def reference_dir(cfg: TrainConfig, key: dict[str, Any]) -> str:
+    """`dpo.reference_dir`, else OUT/reference_logps/<digest of the key> (a path or URI)."""
     if cfg.dpo.reference_dir:
-        return Path(cfg.dpo.reference_dir)
+        return cfg.dpo.reference_dir
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    return Path(cfg.shards) / "reference_logps" / digest
+    return join(cfg.shards, f"reference_logps/{digest}")
 
 
 class ReferenceScorer:
@@ -127,10 +137,10 @@ class ReferenceScorer:
                          "ref_rejected": pa.array(rejected.double().cpu().numpy())})
 
 
-def _write_atomic(table: pa.Table, path: Path) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, temporary, compression="zstd")
-    os.replace(temporary, path)
+def _write_parquet(table: pa.Table, location: str) -> None:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    write_bytes(location, sink.getvalue().to_pybytes())
 
 
 def precompute_reference(cfg: TrainConfig, settings: PairSettings) -> str:
@@ -143,15 +153,14 @@ def precompute_reference(cfg: TrainConfig, settings: PairSettings) -> str:
 
     key = reference_key(cfg)
     directory = reference_dir(cfg, key)
-    manifest = directory / MANIFEST
-    if (directory / COMPLETE).exists():
-        if json.loads(manifest.read_text()) != key:
+    manifest = join(directory, MANIFEST)
+    if exists(join(directory, COMPLETE)):
+        if json.loads(read_bytes(manifest)) != key:
             raise ValueError(f"{directory} holds reference log-probs of another reference, "
                              f"tokenizer or data (its {MANIFEST} differs); choose another "
                              f"dpo.reference_dir or delete it")
         log.info("reference log-probs: reusing %s", directory)
-        return str(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+        return directory
     files = preference_files(cfg.shards)
     dataset = ray.data.read_parquet(files, include_paths=True)
     dataset = dataset.map_batches(pair_table, fn_kwargs={"settings": settings},
@@ -167,8 +176,9 @@ def precompute_reference(cfg: TrainConfig, settings: PairSettings) -> str:
             rows = batch.filter(pc.equal(batch.column("path"), path))
             parts.setdefault(Path(path).name, []).append(rows.drop_columns(["path"]))
     for name, tables in parts.items():
-        _write_atomic(pa.concat_tables(tables), directory / name)
-    manifest.write_text(json.dumps(key, indent=1, sort_keys=True))
-    (directory / COMPLETE).write_text(f"{sum(t.num_rows for ts in parts.values() for t in ts)}\n")
+        _write_parquet(pa.concat_tables(tables), join(directory, name))
+    write_bytes(manifest, json.dumps(key, indent=1, sort_keys=True).encode())
+    rows = sum(t.num_rows for ts in parts.values() for t in ts)
+    write_bytes(join(directory, COMPLETE), f"{rows}\n".encode())  # last: the pass is complete
     log.info("reference log-probs: %d shards -> %s", len(parts), directory)
-    return str(directory)
+    return directory

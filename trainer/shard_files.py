@@ -2,17 +2,26 @@
 
 The trainer lists and pairs shards by name (`trajectories/part-K` beside `preferences/part-K`);
 for a URI it lists through `pyarrow.fs` (endpoint and credentials from the standard AWS
-environment: `AWS_ENDPOINT_URL(_S3)`, `AWS_ACCESS_KEY_ID`, ...) and keeps full URIs, which
-pyarrow and Ray Data open by themselves. Ray Data's `include_paths` gives an object's path
+environment: `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`, both read by pyarrow 26 itself,
+`AWS_ACCESS_KEY_ID`, ...; never from the config, never logged) and keeps full URIs, which
+pyarrow and Ray Data open by themselves. Files the trainer writes beside the data (the DPO
+reference log-probs) go through `write_bytes`: atomic on both (a rename on a filesystem, a
+single PUT on a store, which has no rename). Ray Data's `include_paths` gives an object's path
 without its scheme; `full_uri` puts it back. (datagen has its own copy of this concern,
 datagen/pipeline/storage.py: training never imports datagen.)
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 
 import pyarrow.fs as pafs
+
+from trainer.contract import CHUNK_MARKERS, marker_of
+
+log = logging.getLogger(__name__)
 
 
 def is_uri(location: str | Path) -> bool:
@@ -23,16 +32,71 @@ def _fs(uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(uri)
 
 
-def part_files(root: str | Path, table: str) -> list[str]:
-    """OUT/<table>/part-*.parquet, sorted, as paths (a directory) or URIs (a store)."""
-    if not is_uri(root):
-        return sorted(str(p) for p in (Path(root) / table).glob("part-*.parquet"))
-    folder = f"{str(root).rstrip('/')}/{table}"
-    fs, path = _fs(folder)
+def _names(folder: str | Path) -> list[str]:
+    """File names directly in a folder (none when it is missing)."""
+    if not is_uri(folder):
+        return [p.name for p in Path(folder).glob("*") if p.is_file()]
+    fs, path = _fs(str(folder))
     found = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    return sorted(f"{folder}/{info.base_name}" for info in found
-                  if info.type == pafs.FileType.File and info.base_name.startswith("part-")
-                  and info.base_name.endswith(".parquet"))
+    return [info.base_name for info in found if info.type == pafs.FileType.File]
+
+
+def part_files(root: str | Path, table: str) -> list[str]:
+    """OUT/<table>/part-*.parquet of complete chunks, sorted, as paths (a directory) or URIs
+    (a store). A shard whose chunk has no marker (a killed or running chunk's: on a store
+    it is written at its final key) is left out; an OUT without `_chunks/` (written by hand,
+    or copied without it) is read whole."""
+    names = sorted(n for n in _names(join(root, table))
+                   if n.startswith("part-") and n.endswith(".parquet"))
+    markers = set(_names(join(root, CHUNK_MARKERS)))
+    if markers:
+        unmarked = [n for n in names if marker_of(n) not in markers]
+        if unmarked:
+            log.warning("%s: %d shard(s) of incomplete chunks left out (%s...)",
+                        join(root, table), len(unmarked), unmarked[0])
+            names = [n for n in names if marker_of(n) in markers]
+    return [join(root, f"{table}/{n}") for n in names]
+
+
+def join(root: str | Path, relative: str) -> str:
+    """`relative` under a directory or URI, as text (a Path would turn `s3://` into `s3:/`)."""
+    return f"{str(root).rstrip('/')}/{relative}" if is_uri(root) else str(Path(root) / relative)
+
+
+def stamps(files: list[str]) -> list[list[object]]:
+    """Name, size and modification time of each file: a cheap identity of a shard's content
+    (a rewritten shard has a new time), for keys of what is derived from it."""
+    if not files:
+        return []
+    if not is_uri(files[0]):
+        return [[Path(f).name, Path(f).stat().st_size, Path(f).stat().st_mtime_ns] for f in files]
+    fs, _ = _fs(files[0])
+    infos = fs.get_file_info([_fs(f)[1] for f in files])
+    return [[info.base_name, info.size, info.mtime_ns] for info in infos]
+
+
+def read_bytes(location: str | Path) -> bytes:
+    """A file's bytes; FileNotFoundError when there is none."""
+    if not is_uri(location):
+        return Path(location).read_bytes()
+    fs, path = _fs(str(location))
+    with fs.open_input_stream(path) as stream:
+        return stream.read()
+
+
+def write_bytes(location: str | Path, data: bytes) -> None:
+    """Write a file whole or not at all: a temporary name renamed into place on a
+    filesystem; one PUT on a store (an object appears complete or not at all)."""
+    if is_uri(location):
+        fs, path = _fs(str(location))
+        with fs.open_output_stream(path) as stream:
+            stream.write(data)
+        return
+    path = Path(location)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
 
 
 def exists(location: str | Path) -> bool:

@@ -35,6 +35,7 @@ from datagen.config import GenerateConfig, fingerprint, public_dump
 from datagen.pipeline.dispatch import ChunkDispatch
 from datagen.pipeline.preflight import OutProbe, resolve_paths
 from datagen.pipeline.runlock import LockOwner, run_lock
+from datagen.pipeline.s3lease import LeaseFence, LeaseLost
 from datagen.pipeline.shards import ChunkRecord, ShardStore
 from datagen.pipeline.stages.base import configured_stages, tables_of
 from datagen.pipeline.summary import RunSummary, stage_stats, summarise
@@ -92,6 +93,8 @@ class _Loop:
         try:
             record = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:  # the chunk's own error: no retry
+            if isinstance(getattr(exc, "cause", None), LeaseLost):
+                raise exc.cause from None  # another run owns OUT now: stop, write nothing
             self.dispatch.done(ref)
             self.dispatch.fail(chunk, str(exc).strip().splitlines()[-1][:300])
             self.bar.update(chunk.stop - chunk.start)
@@ -115,12 +118,12 @@ class _Loop:
 
 
 def _run_chunks(config: GenerateConfig, todo: list[Chunk], done_rows: int,
-                policy: LivenessPolicy) -> ChunkRun:
+                policy: LivenessPolicy, fence: LeaseFence | None = None) -> ChunkRun:
     """Feed `todo` to worker actors until every chunk is written or has failed."""
     started = time.perf_counter()
     run = ChunkRun()
     probe = OutProbe.create(ShardStore(config.out).tmp)
-    pool = WorkerPool(config.model_dump_json(), probe, policy)
+    pool = WorkerPool(config.model_dump_json(), probe, policy, fence)
     dispatch = ChunkDispatch(todo, config.max_in_flight, policy.max_chunk_attempts)
     bar = tqdm(total=config.num_trajectories, initial=done_rows, unit="traj",
                disable=not config.progress, smoothing=0.1, dynamic_ncols=True)
@@ -148,12 +151,13 @@ def run_generation(config: GenerateConfig, address: str | None = None,
     working_dir = job_working_dir()
     config = resolve_paths(config, keep_relative=working_dir is not None)
     fp = fingerprint(config)
-    with run_lock(config.out, LockOwner.current(fp)):  # one run per OUT, held to the card
-        return _generate_locked(config, fp, address, policy, working_dir)
+    with run_lock(config.out, LockOwner.current(fp)) as lock:  # one run per OUT, to the card
+        return _generate_locked(config, fp, address, policy, working_dir, lock.fence())
 
 
 def _generate_locked(config: GenerateConfig, fp: str, address: str | None,
-                     policy: LivenessPolicy, working_dir: str | None) -> RunSummary:
+                     policy: LivenessPolicy, working_dir: str | None,
+                     fence: LeaseFence | None) -> RunSummary:
     stages = configured_stages(config)
     store = ShardStore(config.out, tables_of(stages))
     config_dump = public_dump(config)
@@ -166,14 +170,19 @@ def _generate_locked(config: GenerateConfig, fp: str, address: str | None,
     try:
         if todo:
             init_ray(address)
-            run = _run_chunks(config, todo, done_rows, policy)
+            run = _run_chunks(config, todo, done_rows, policy, fence)
     finally:  # also on Ctrl-C: only complete chunks count; the manifest says what is there
-        store.clear_tmp()
-        records = store.records()
-        manifest = store.write_manifest(fp, config_dump, len(chunks), records,
-                                        stage_stats(stages, records),
-                                        [{"name": s.name, "tables": [t.name for t in s.tables]}
-                                         for s in stages])
+        lost = fence is not None and not fence.held()  # OUT is another run's now: hands off
+        if not lost:
+            store.clear_tmp()
+            records = store.records()
+            manifest = store.write_manifest(
+                fp, config_dump, len(chunks), records, stage_stats(stages, records),
+                [{"name": s.name, "tables": [t.name for t in s.tables]} for s in stages])
+    if lost:
+        fence.check()  # raises LeaseLost, naming the run that holds OUT now
+        raise LeaseLost(f"{config.out}: this run's lease could not be confirmed; no manifest "
+                        "written, rerun to resume")
     if working_dir is not None and config.out.startswith(_cwd_prefix() or "\x00"):
         run.notes.append(f"OUT {config.out} lies in this Ray job's working directory, a per-node "
                          "copy that Ray deletes with the session: give --out an absolute path "

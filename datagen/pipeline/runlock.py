@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -88,6 +88,8 @@ class RunLock(Protocol):
 
     def release(self) -> None: ...
 
+    def fence(self) -> Any: ...  # what writers check before writing (s3lease), or None
+
     def __enter__(self) -> RunLock: ...
 
     def __exit__(self, *exc: object) -> None: ...
@@ -129,6 +131,10 @@ class FileRunLock:
         finally:
             os.close(self._fd)
             self._fd = None
+
+    def fence(self) -> None:
+        """None: a flock is held until the process dies, nothing can take it over."""
+        return None
 
     def __enter__(self) -> FileRunLock:
         self.acquire()

@@ -8,8 +8,16 @@ lease with a time to live:
   starting together exactly one PUT succeeds; the other reads the lease and is refused with
   its owner (the same `RunLocked` message as the file lock).
 - heartbeat: a daemon thread rewrites the lease every TTL/3 with `If-Match: <its ETag>`, so it
-  stays young while the run lives, and notices when it was taken over (412): it then logs an
-  error (another run now writes OUT) and stops renewing.
+  stays young while the run lives, and notices when it was taken over (412): it then records
+  the loss (naming the run that holds the lease now) and stops renewing.
+- fence: the lease carries a random token of its run. Chunk workers check it (`LeaseFence`,
+  one GET) before each shard of a chunk and again before its marker, so a run whose lease
+  was taken over (it paused past the TTL: a stopped process, a long GC, a partitioned node)
+  commits no chunk after the loss, and its driver writes no manifest: it stops with
+  `LeaseLost`, which names the other run. What a fence cannot close: the PUT that follows a
+  passed check. A shard put in flight when the lease went may still land; it has no marker,
+  so readers and resume ignore it, and the run holding OUT overwrites it when it writes that
+  chunk (seen in the takeover test under a load of 40 on 2 cores).
 - takeover: a lease not renewed for longer than its TTL belongs to a dead run (SIGKILL, OOM,
   a lost node). Its age is measured on the store's clock (the GET's `Date` minus the object's
   `Last-Modified`), so skew between hosts does not count. The new run replaces it with
@@ -26,9 +34,11 @@ chain (`AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...), ne
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
+import uuid
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -57,10 +67,49 @@ class HeldLease:
     age_s: float
     etag: str
     ttl_s: float
+    token: str = ""  # the holding run's (LeaseFence)
 
     @property
     def live(self) -> bool:
         return self.age_s <= self.ttl_s
+
+
+class LeaseLost(OutputConflict):
+    """This run's lease on OUT was taken over by another run: it must write nothing more.
+    (One message argument, so it survives pickling from a Ray worker to the driver.)"""
+
+
+def lease_lost(uri: str, record: dict[str, Any] | None) -> LeaseLost:
+    from datagen.pipeline.runlock import LockOwner
+
+    owner = LockOwner.from_json(orjson.dumps(record)) if record else None
+    holder = owner.describe() if owner else "the lease is gone or unreadable"
+    return LeaseLost(f"{uri}: this run's lease was taken over by another datagen run "
+                     f"({holder}), after this run was not heard from for longer than the lease "
+                     "TTL; it stopped writing (no chunk committed after the loss, no manifest). "
+                     "Let the other run finish, or stop it and rerun to resume")
+
+
+@dataclass(frozen=True)
+class LeaseFence:
+    """What a chunk worker checks before it writes to OUT: the lease on `uri` still carries
+    this run's `token`. Picklable (sent to workers); builds its S3 client where it runs."""
+
+    uri: str
+    token: str
+
+    def held(self) -> bool:
+        try:
+            self.check()
+        except OutputConflict:  # taken over, or the store cannot say: write nothing
+            return False
+        return True
+
+    def check(self) -> None:
+        """Raise LeaseLost (naming the holder) unless this run still holds the lease."""
+        stored = S3LeaseLock(self.uri, {}, client=_shared_client()).holder()
+        if stored is None or stored.token != self.token:
+            raise lease_lost(self.uri, stored.record if stored else None)
 
 
 def lease_ttl_s() -> float:
@@ -96,6 +145,13 @@ def _client() -> Any:
     return boto3.client("s3")
 
 
+@functools.lru_cache(maxsize=1)
+def _shared_client() -> Any:
+    """One client per process for fence checks (a client costs ~0.1 s to build; it is
+    thread-safe)."""
+    return _client()
+
+
 def _code(exc: Exception) -> str:
     response = getattr(exc, "response", None) or {}
     error = response.get("Error", {})
@@ -120,6 +176,7 @@ class S3LeaseLock:
         self.ttl_s = ttl_s if ttl_s is not None else lease_ttl_s()
         self.client = client
         self.lost: str | None = None  # why the heartbeat stopped holding the lease
+        self.token = uuid.uuid4().hex  # this run's mark on the lease (LeaseFence)
         self._etag: str | None = None
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
@@ -160,9 +217,14 @@ class S3LeaseLock:
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self._etag)
         except Exception as exc:  # noqa: BLE001 - a lease left behind expires with its TTL
-            log.warning("%s: run lease not deleted (%s); the next run takes it over after %.0fs",
-                        self.uri, _code(exc), self.ttl_s)
+            if _code(exc) not in _CONFLICT_CODES:  # a conflict: taken over, theirs now
+                log.warning("%s: run lease not deleted (%s); the next run takes it over "
+                            "after %.0fs", self.uri, _code(exc), self.ttl_s)
         self._etag = None
+
+    def fence(self) -> LeaseFence:
+        """The check chunk workers run before they write (module docstring)."""
+        return LeaseFence(self.uri, self.token)
 
     def __enter__(self) -> S3LeaseLock:
         self.acquire()
@@ -174,7 +236,7 @@ class S3LeaseLock:
     # the lease object ----------------------------------------------------------------------
 
     def _body(self) -> bytes:
-        return orjson.dumps({**self.record, "ttl_s": self.ttl_s})
+        return orjson.dumps({**self.record, "ttl_s": self.ttl_s, "token": self.token})
 
     def _put(self, **condition: str) -> bool:
         """PUT the lease under `condition`; False when the store refuses the condition."""
@@ -207,8 +269,9 @@ class S3LeaseLock:
         ttl = stored.get("ttl_s")
         ttl = float(ttl) if isinstance(ttl, (int, float)) and ttl > 0 else self.ttl_s
         now = parsedate_to_datetime(reply["ResponseMetadata"]["HTTPHeaders"]["date"])
+        token = stored.get("token")
         return HeldLease(record, (now - reply["LastModified"]).total_seconds(), reply["ETag"],
-                         ttl)
+                         ttl, token if isinstance(token, str) else "")
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
@@ -218,10 +281,13 @@ class S3LeaseLock:
                 log.warning("%s: run lease not renewed: %s", self.uri, exc)
                 continue
             if not renewed:
-                self.lost = "another run took the lease over"
-                log.error("%s: the run lease was taken over by another run (this run paused "
-                          "for longer than the lease TTL of %.0fs?); two runs may now write "
-                          "OUT", self.uri, self.ttl_s)
+                try:
+                    held = self.holder()
+                except OutputConflict:
+                    held = None
+                self.lost = str(lease_lost(self.uri, held.record if held else None))
+                log.error("%s (this run paused for longer than the lease TTL of %.0fs?)",
+                          self.lost, self.ttl_s)
                 return
 
 

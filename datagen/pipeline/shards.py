@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -261,6 +261,9 @@ class ShardStore:
         self.tables = list(dict.fromkeys(tables))
         self.tmp = self._where(TMP_DIR)
         self.markers = self._where("_chunks")
+        # run before each shard and before the marker of a chunk: raises when this run may
+        # no longer write OUT (its s3 lease was taken over: s3lease.LeaseFence)
+        self.fence: Callable[[], None] | None = None
 
     def _where(self, relative: str) -> Path | str:
         return join(self.root, relative) if isinstance(self.root, str) else self.root / relative
@@ -443,12 +446,16 @@ class ShardStore:
         for name, table in tables.items():
             data = parquet_bytes(table)
             file = self.shard_file(name, chunk)
+            if self.fence is not None:
+                self.fence()
             self.storage.write(file, data)
             shards[name] = ShardInfo(file=file, rows=table.num_rows, bytes=len(data),
                                      sha256=hashlib.sha256(data).hexdigest())
         if isinstance(stats.get("stage_seconds"), dict):
             stats["stage_seconds"]["write"] = time.process_time() - started
         record = ChunkRecord(chunk=chunk, shards=shards, stats=stats)
+        if self.fence is not None:
+            self.fence()
         self.storage.write(self.marker_file(chunk), record.to_json())
         return record
 

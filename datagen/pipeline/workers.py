@@ -63,8 +63,10 @@ class ChunkWorker:
     def __init__(self) -> None:
         self.processor: ChunkProcessor | None = None
 
-    def setup(self, config_json: str, probe: OutProbe | None) -> WorkerReport:
-        """Build the processor after checking, here, what it needs; never raises."""
+    def setup(self, config_json: str, probe: OutProbe | None, fence: Any = None,
+              ) -> WorkerReport:
+        """Build the processor after checking, here, what it needs; never raises. `fence`:
+        the run lock's check before each write (s3lease.LeaseFence), or None."""
         node = ray.util.get_node_ip_address()
         try:
             config = GenerateConfig.model_validate_json(config_json)
@@ -78,6 +80,7 @@ class ChunkWorker:
         if not problems:
             try:
                 self.processor = ChunkProcessor(config)
+                self.processor.store.fence = fence.check if fence is not None else None
                 tune_gc()
             except Exception as exc:  # noqa: BLE001 - reported as data
                 problems.append(f"building the chunk processor failed: {type(exc).__name__}: "
@@ -106,8 +109,10 @@ class WorkerPool:
     `on_ref` advances a worker when one resolves, `expire` gives up on workers past their
     bound. `notes` says, for the summary, what was given up, lost or dropped."""
 
-    def __init__(self, config_json: str, probe: OutProbe | None, policy: LivenessPolicy) -> None:
+    def __init__(self, config_json: str, probe: OutProbe | None, policy: LivenessPolicy,
+                 fence: Any = None) -> None:
         self.config_json, self.probe, self.policy = config_json, probe, policy
+        self.fence = fence
         self.slots: list[Slot] = []
         self.notes: list[str] = []
         self.problems: dict[str, list[str]] = {}  # preflight problem -> nodes
@@ -122,7 +127,7 @@ class WorkerPool:
 
     def _new_slot(self, starts: int = 1) -> Slot:
         handle = ChunkWorker.options(resources=self.policy.worker_resources or None).remote()
-        setup = handle.setup.remote(self.config_json, self.probe)
+        setup = handle.setup.remote(self.config_json, self.probe, self.fence)
         return Slot(handle, STARTING, time.perf_counter(), handle.__ray_ready__.remote(), setup,
                     starts)
 

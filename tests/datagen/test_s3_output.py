@@ -15,10 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
-from dataclasses import dataclass
 
-import orjson
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,53 +25,10 @@ from datagen.pipeline.runlock import LockOwner, RunLocked, lock_holder, run_lock
 from datagen.pipeline.s3lease import S3LeaseLock
 from datagen.pipeline.shards import ShardStore
 from tests.conftest import ROOT
+from tests.s3server import S3, job_env, pq_bytes, s3  # noqa: F401 - s3 is a fixture
 
-boto3 = pytest.importorskip("boto3")
-moto_server = pytest.importorskip("moto.server")
-
-
-@dataclass(frozen=True)
-class S3:
-    endpoint: str
-    env: dict[str, str]  # what a process needs to reach the server
-    client: object
-
-    def bucket(self) -> str:
-        """A fresh bucket: tests do not see each other's objects."""
-        name = f"t-{uuid.uuid4().hex[:12]}"
-        self.client.create_bucket(Bucket=name)
-        return name
-
-    def keys(self, bucket: str, prefix: str = "") -> list[str]:
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=bucket,
-                                                                       Prefix=prefix)
-        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
-
-    def polars_options(self) -> dict[str, str]:
-        return {"aws_endpoint_url": self.endpoint, "aws_access_key_id": "testing",
-                "aws_secret_access_key": "testing", "aws_region": "us-east-1",
-                "aws_allow_http": "true"}
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in env.items():
-            patch.setenv(name, value)
-        patch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-        try:
-            yield S3(endpoint, env, boto3.client("s3"))
-        finally:
-            server.stop()
+pytest.importorskip("boto3")
+pytest.importorskip("moto.server")
 
 
 def _table(ids: list[str]) -> pa.Table:
@@ -101,12 +55,6 @@ def test_marker_last_and_unmarked_shards_are_not_complete(s3):
     store.write_chunk(1, {"trajectories": _table(["c"])}, {})
     assert pq.read_table(io.BytesIO(store.storage.read("trajectories/part-000001.parquet"))
                          ).column("id").to_pylist() == ["c"]
-
-
-def pq_bytes(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    pq.write_table(table, sink)
-    return sink.getvalue()
 
 
 def test_claim_drops_a_chunk_whose_shard_is_gone_and_refuses_a_foreign_prefix(s3):
@@ -178,7 +126,7 @@ def test_a_live_lease_refuses_a_second_run_and_a_dead_ones_is_taken_over(s3):
 
 def test_of_two_runs_starting_together_exactly_one_gets_the_lease(s3):
     uri = f"s3://{s3.bucket()}/out"
-    barrier, outcomes = threading.Barrier(4), []
+    barrier, outcomes, won = threading.Barrier(4), [], []
 
     def start(n: int) -> None:
         lock = S3LeaseLock(uri, {"host": "h", "pid": n, "started": "now", "command": "c",
@@ -187,6 +135,7 @@ def test_of_two_runs_starting_together_exactly_one_gets_the_lease(s3):
         try:
             lock.acquire()
             outcomes.append(("won", n))
+            won.append(lock)
         except RunLocked as exc:
             outcomes.append(("refused", exc.owner.pid if exc.owner else None))
 
@@ -195,6 +144,8 @@ def test_of_two_runs_starting_together_exactly_one_gets_the_lease(s3):
         thread.start()
     for thread in threads:
         thread.join()
+    for lock in won:
+        lock.release()  # its heartbeat would outlive the server
     winners = [n for what, n in outcomes if what == "won"]
     assert len(winners) == 1
     assert all(n == winners[0] for what, n in outcomes if what == "refused")
@@ -209,12 +160,7 @@ def _generate_args(uri: str, n: int, chunk: int, address: str) -> list[str]:
 
 
 def _job_env(ray_head, s3: S3, ttl_s: float = 120.0) -> dict[str, str]:
-    """The CLI's environment, and the S3 settings for its workers: what `ray job submit
-    --runtime-env-json '{"env_vars": {...}}'` gives a job (workers on a running cluster do not
-    inherit the driver's environment)."""
-    job = {"runtime_env": {"env_vars": s3.env}}
-    return {**ray_head.env, **s3.env, "DATAGEN_LEASE_TTL_S": str(ttl_s),
-            "RAY_JOB_CONFIG_JSON_ENV_VAR": orjson.dumps(job).decode()}
+    return job_env(ray_head, s3, DATAGEN_LEASE_TTL_S=str(ttl_s))
 
 
 @pytest.mark.slow
@@ -297,7 +243,7 @@ def test_verify_on_an_unreachable_store_is_one_clear_line(s3):
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("datagen: ") and "Traceback" not in result.stderr
-    assert "s3://nowhere/out" in result.stderr and "testing" not in result.stderr
+    assert "s3://nowhere/out" in result.stderr and s3.secret not in result.stderr
 
 
 def test_the_trainer_keeps_a_shards_uri_as_it_is(tmp_path):

@@ -116,3 +116,31 @@ def test_llm_turns_get_the_same_code_mode_as_datagens_spans():
     assert _code_chars(text, ours) == _code_chars(text, _dicts(spans))
     assert [s["kind"] for s in ours if s["kind"] in ("REASON", "ACT")] == \
         [s.kind for s in spans if s.kind in ("REASON", "ACT")]
+
+
+@pytest.mark.parametrize("chunk", [0, 7, 123456])
+def test_a_shards_chunk_marker_is_datagens(chunk):
+    from datagen.pipeline.shards import ShardStore
+
+    folder, _, shard = ShardStore.shard_file("trajectories", chunk).rpartition("/")
+    marker = f"{contract.CHUNK_MARKERS}/{contract.marker_of(shard)}"
+    assert ShardStore.marker_file(chunk) == marker
+
+
+def test_the_trainer_reads_only_shards_of_complete_chunks(tmp_path):
+    """A killed chunk leaves a shard without its marker (on a store at its final key): the
+    trainer's listing leaves it out, as datagen's resume does; an OUT without markers (made
+    by hand) is read whole."""
+    import pyarrow as pa
+
+    from datagen.pipeline.shards import ShardStore
+    from trainer.shard_files import part_files
+
+    store = ShardStore(tmp_path / "out", ["trajectories"])
+    store.claim("fp", {}, overwrite=False)
+    store.write_chunk(0, {"trajectories": pa.table({"id": ["a"]})}, {})
+    store.storage.write(store.shard_file("trajectories", 1), b"a killed chunk's shard")
+    complete = str(store.shard_path("trajectories", 0))
+    assert part_files(tmp_path / "out", "trajectories") == [complete]
+    store.storage.delete(store.marker_file(0))
+    assert len(part_files(tmp_path / "out", "trajectories")) == 2

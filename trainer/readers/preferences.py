@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from trainer import pair_batches, tokens
 from trainer.contract import PREFERENCE_COLUMNS, TOOL_CALL_OPEN, chat_spans
 from trainer.documents import DocumentRows, ReadSettings, paired_rows
-from trainer.shard_files import is_uri, part_files
+from trainer.shard_files import exists, is_uri, join, part_files
 
 NEGATIVE_SOURCE = "negative"
 # `preferences.layout: compact` (datagen) leaves a negative pair's prompt_text null and
@@ -119,8 +119,8 @@ def attach_reference(pairs: pa.Table, reference_dir: str) -> pa.Table:
     shards (`path` column). A pair without one means the cache does not match the data."""
     values: dict[str, tuple[float, float]] = {}
     for path in sorted(set(pairs.column("path").to_pylist())):
-        stored = Path(reference_dir) / Path(path).name
-        if stored.exists():
+        stored = join(reference_dir, path.rpartition("/")[2])  # a path or a URI
+        if exists(stored):
             for row in pq.read_table(stored, columns=list(REFERENCE_COLUMNS)).to_pylist():
                 values[row["id"]] = (row["ref_chosen"], row["ref_rejected"])
     ids = pairs.column("id").to_pylist()
