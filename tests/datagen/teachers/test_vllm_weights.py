@@ -127,6 +127,28 @@ def test_loaded_weights_generate_what_transformers_generates_with_them(engine, o
     assert ids == old_ids and lp == pytest.approx(old_lp, abs=1e-3)
 
 
+def test_a_tied_model_without_lm_head_loads_in_memory_and_is_refused_from_disk(
+        engine, other_model, tmp_path):
+    """`named_parameters()` of a tied model and its `save_pretrained` checkpoint lack
+    lm_head.weight; vLLM alone would keep the old LM head and generate neither model."""
+    import ray
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    prompt = AutoTokenizer.from_pretrained(tiny_model_dir())("SELECT id FROM users; " * 8)[
+        "input_ids"]
+    new_ids, new_lp = _transformers_greedy(other_model, prompt, NEW_TOKENS)
+    model = AutoModelForCausalLM.from_pretrained(other_model, dtype=torch.float32)
+    params = list(model.named_parameters())
+    assert "lm_head.weight" not in dict(params)
+    ray.get(engine.load_weights.remote(weights=params))
+    ids, lp = ray.get(engine.greedy.remote(prompt))
+    assert ids == new_ids and lp == pytest.approx(new_lp, abs=1e-3)
+
+    with pytest.raises(ray.exceptions.RayTaskError, match="has no lm_head.weight"):
+        ray.get(engine.load_weights.remote(path=str(other_model)))
+
+
 def test_exactly_one_source_is_required(engine):
     import ray
 
