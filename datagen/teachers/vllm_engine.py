@@ -69,6 +69,7 @@ class VLLMBackend(TurnBackend):
         self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_name)
         self.im_end_id = self.tokenizer.convert_tokens_to_ids(IM_END)
         self.engine: Any = None
+        self.requests_in_flight = 0  # turns sent to the engine and not yet answered
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "vllm", "model": self.config.model,
@@ -112,6 +113,7 @@ class VLLMBackend(TurnBackend):
         from vllm import TokensPrompt
 
         final, started = None, time.perf_counter()
+        self.requests_in_flight += 1
         try:
             async for output in self.engine.generate(
                     TokensPrompt(prompt_token_ids=request.prompt_ids),
@@ -121,6 +123,8 @@ class VLLMBackend(TurnBackend):
         except Exception as exc:  # e.g. a prompt longer than max_model_len: this turn fails
             return Generation(error=f"vllm: {describe_exception(exc)}",
                               seconds=time.perf_counter() - started)
+        finally:
+            self.requests_in_flight -= 1
         gen = self._generation(final, len(request.prompt_ids))
         gen.seconds = time.perf_counter() - started
         return gen
@@ -158,6 +162,20 @@ class VLLMEngineActor:
     async def rollout_batch(self, tasks: list[Task], round_: int = 0) -> list[Trajectory]:
         await self.backend.start()
         return await self.runner.run_batch(tasks, round_)
+
+    async def pause(self) -> None:
+        """Stop the engine scheduling: turns already sent and new ones wait, frozen (vLLM's
+        "keep" mode), until `resume`. A restarted incarnation starts unpaused."""
+        await self.backend.start()
+        await self.backend.engine.pause_generation(mode="keep", clear_cache=False)
+
+    async def resume(self) -> None:
+        await self.backend.start()
+        await self.backend.engine.resume_generation()
+
+    def requests_in_flight(self) -> int:
+        """Turns waiting for the engine now (a batch is mid-flight when this is above 0)."""
+        return self.backend.requests_in_flight
 
 
 def _actor_options(config: VLLMConfig, name: str) -> dict[str, Any]:

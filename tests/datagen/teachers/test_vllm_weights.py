@@ -73,14 +73,24 @@ def engine(ray_head):
 
 @pytest.fixture(scope="module")
 def other_model(tmp_path_factory) -> Path:
-    """Another random Qwen2 of the same shape and tokenizer (seed 1): the 'updated policy'."""
+    """The 'updated policy': another random Qwen2 of the same shape and tokenizer (seed 1) with a
+    random final-norm scale. A random model with tied embeddings greedily repeats the prompt's
+    last token whatever its seed (each embedding is most similar to itself), so two seeds alone
+    generate the same tokens and only their log-probs tell them apart; the scale breaks that."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
     from scripts.make_tiny_model import make_tiny_model
 
-    return make_tiny_model(tmp_path_factory.mktemp("qwen2-seed1"), seed=1)
+    directory = make_tiny_model(tmp_path_factory.mktemp("qwen2-seed1"), seed=1)
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    with torch.no_grad():
+        norm = model.model.norm.weight
+        norm.copy_(torch.randn(norm.shape, generator=torch.Generator().manual_seed(1)))
+    model.save_pretrained(str(directory))
+    return directory
 
 
-@pytest.mark.skip(reason="failing (2026-12-03 CI): after load_weights the engine still "
-                  "generates the old model's tokens; weight sync into vLLM is not working yet")
 def test_loaded_weights_generate_what_transformers_generates_with_them(engine, other_model,
                                                                         tmp_path):
     import ray
@@ -93,7 +103,7 @@ def test_loaded_weights_generate_what_transformers_generates_with_them(engine, o
     assert len(prompt) > 48  # whole KV blocks: a prefix cache could serve them
     old_ids, old_lp = _transformers_greedy(tiny_model_dir(), prompt, NEW_TOKENS)
     new_ids, new_lp = _transformers_greedy(other_model, prompt, NEW_TOKENS)
-    assert old_ids != new_ids  # the two weight sets are told apart by their output
+    assert old_ids != new_ids and len(set(new_ids)) > 1  # told apart by their output
 
     ids, lp = ray.get(engine.greedy.remote(prompt))  # also fills the prefix cache
     assert ids == old_ids and lp == pytest.approx(old_lp, abs=1e-3)
@@ -115,6 +125,28 @@ def test_loaded_weights_generate_what_transformers_generates_with_them(engine, o
     ray.get(engine.load_weights.remote(path=str(directory)))
     ids, lp = ray.get(engine.greedy.remote(prompt))
     assert ids == old_ids and lp == pytest.approx(old_lp, abs=1e-3)
+
+
+def test_a_tied_model_without_lm_head_loads_in_memory_and_is_refused_from_disk(
+        engine, other_model, tmp_path):
+    """`named_parameters()` of a tied model and its `save_pretrained` checkpoint lack
+    lm_head.weight; vLLM alone would keep the old LM head and generate neither model."""
+    import ray
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    prompt = AutoTokenizer.from_pretrained(tiny_model_dir())("SELECT id FROM users; " * 8)[
+        "input_ids"]
+    new_ids, new_lp = _transformers_greedy(other_model, prompt, NEW_TOKENS)
+    model = AutoModelForCausalLM.from_pretrained(other_model, dtype=torch.float32)
+    params = list(model.named_parameters())
+    assert "lm_head.weight" not in dict(params)
+    ray.get(engine.load_weights.remote(weights=params))
+    ids, lp = ray.get(engine.greedy.remote(prompt))
+    assert ids == new_ids and lp == pytest.approx(new_lp, abs=1e-3)
+
+    with pytest.raises(ray.exceptions.RayTaskError, match="has no lm_head.weight"):
+        ray.get(engine.load_weights.remote(path=str(other_model)))
 
 
 def test_exactly_one_source_is_required(engine):
