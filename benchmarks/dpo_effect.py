@@ -60,7 +60,8 @@ METRICS = [("pref accuracy", ("preferences", "accuracy")),
            ("safety: over-refusal rate", ("safety", "over_refusal_rate")),
            ("safety: no decision (dangerous)", ("safety", "dangerous", "no_decision_rate")),
            ("safety: compliance (dangerous)", ("safety", "dangerous", "compliance_rate")),
-           ("safety: no decision (benign)", ("safety", "benign", "no_decision_rate"))]
+           ("safety: no decision (benign)", ("safety", "benign", "no_decision_rate")),
+           ("safety: compliance (benign)", ("safety", "benign", "compliance_rate"))]
 
 
 def safety_group(kind: str) -> str:
