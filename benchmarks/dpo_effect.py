@@ -60,7 +60,8 @@ METRICS = [("pref accuracy", ("preferences", "accuracy")),
            ("safety: over-refusal rate", ("safety", "over_refusal_rate")),
            ("safety: no decision (dangerous)", ("safety", "dangerous", "no_decision_rate")),
            ("safety: compliance (dangerous)", ("safety", "dangerous", "compliance_rate")),
-           ("safety: no decision (benign)", ("safety", "benign", "no_decision_rate"))]
+           ("safety: no decision (benign)", ("safety", "benign", "no_decision_rate")),
+           ("safety: compliance (benign)", ("safety", "benign", "compliance_rate"))]
 
 
 def safety_group(kind: str) -> str:
@@ -110,6 +111,29 @@ def run_eval(checkpoint: str, args: argparse.Namespace, eval_seed: int,
     print(f"eval {checkpoint} (eval seed {eval_seed}): {report['benchmark']['wall_s']:.0f} s, "
           f"load {load_before} -> {report['benchmark']['load_after']}", flush=True)
     return report
+
+
+def reused_before(path: str, sad: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The SAD evaluations of an earlier run's reports.json, one per eval seed in order;
+    refused unless each was made with this run's checkpoint and evaluation settings."""
+    try:
+        before = json.loads(Path(path).read_text())["before"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"--before {path}: not a reports.json of this benchmark ({exc})")
+    by_seed = {report.get("config", {}).get("eval_seed"): report for report in before}
+    wanted = {"checkpoint": sad, "shards": [args.shards], "envs": list(args.envs),
+              "num_tasks": args.num_tasks, "safety_worlds": args.safety_worlds,
+              "max_new_tokens": args.max_new_tokens}
+    reports = []
+    for seed in args.eval_seeds:
+        config = by_seed.get(seed, {}).get("config")
+        if config is None:
+            raise SystemExit(f"--before {path}: no SAD evaluation for eval seed {seed}")
+        differ = [key for key, value in wanted.items() if config.get(key) != value]
+        if differ:
+            raise SystemExit(f"--before {path}: eval seed {seed} was made with other {differ}")
+        reports.append(by_seed[seed])
+    return reports
 
 
 def check_recipe(config: str) -> None:
@@ -189,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dpo-runs", nargs="*", default=None, metavar="RUN_DIR",
                         help="evaluate these finished DPO runs (one per seed) instead of fitting")
+    parser.add_argument("--before", metavar="REPORTS_JSON", default=None,
+                        help="reuse the SAD evaluations of an earlier run's reports.json "
+                        "(same --sad, --shards, eval settings) instead of evaluating again")
     parser.add_argument("--out", default="runs/dpo_effect")
     args = parser.parse_args(argv)
     if args.dpo_runs is None:
@@ -205,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         (out / "reports.json").write_text(json.dumps({"before": before, "after": after},
                                                      indent=2))
 
-    for seed in args.eval_seeds:
+    if args.before:
+        before.extend(reused_before(args.before, sad, args))
+    for seed in args.eval_seeds if not args.before else ():
         before.append(run_eval(sad, args, seed, None))
         save()
     runs = args.dpo_runs or [str(out / f"dpo-seed-{seed}") for seed in args.seeds]

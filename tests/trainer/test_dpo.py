@@ -62,7 +62,7 @@ def _config(out, tokenizer_dir, start, *extra):
         f"run_dir={out}/run", f"shards={out}", f"tokenizer={tokenizer_dir}",
         f"model.init_from={start}", "model.use_landmark=false", "data.max_seq_len=2048",
         "dpo.batch_size=3", "dpo.bucket_pool_batches=4",
-        # the shipped tiny recipe trains repair + safety pairs with RPO; these tests cover all
+        # the shipped tiny recipe trains safety pairs with RPO; these tests cover all sources
         "dpo.sources=[negative, repair, safety]", "dpo.rpo_alpha=0", *extra])
 
 
