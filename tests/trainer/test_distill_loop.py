@@ -3,8 +3,9 @@ data -> SAD -> held-out eval) and round 1 (round 0's student plays fresh tasks, 
 repairs its failures, the student trains on them plus replay, eval).
 
 One loop run serves the end-to-end tests: it is started as a subprocess, killed while round 1
-is under way (after round 0 is complete), and rerun in-process to the end, so the same run
-shows that a killed loop continues without redoing a complete round."""
+is under way (after round 0 is complete), and rerun to the end as one `ray job submit` to the
+same head (the command a cluster user runs), so the same run shows that a killed loop continues
+without redoing a complete round, and that the loop runs as a Ray job."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -74,11 +76,32 @@ def _wait_for(path: Path, proc: subprocess.Popen, log: Path, timeout: float) -> 
         time.sleep(0.5)
 
 
+@dataclass(frozen=True)
+class JobResult:
+    rows: list[dict]    # the round table the rerun left (OUT/rounds.jsonl)
+    stopped: str        # why it ended, from the job's last line
+    printed: str        # the job's output
+
+
+def _submit_loop(ray_head, config_path: Path, out: Path) -> JobResult:
+    """`ray job submit -- python -m trainer loop --config FILE`; its summary line and table."""
+    from tests.conftest import ray_job_submit
+
+    done = ray_job_submit(ray_head, entrypoint=["python", "-m", "trainer", "loop", "--config",
+                                                str(config_path)], timeout=KILL_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = [json.loads(line) for line in done.stdout.splitlines()
+               if line.startswith('{"out": ')]
+    assert summary and summary[-1]["out"] == str(out), done.stdout[-3000:]
+    rows = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
+    assert summary[-1]["rounds"] == len(rows)
+    return JobResult(rows, summary[-1]["stopped"], done.stdout)
+
+
 @pytest.fixture(scope="module")
 def loop_run(ray_head, loop_tokenizer, tmp_path_factory):
-    """The loop killed in round 1, then rerun to the end; what the kill left, and the result."""
-    from trainer.loop import run_loop
-
+    """The loop killed in round 1, then rerun to the end as a Ray job; what the kill left, and
+    the result."""
     tmp = tmp_path_factory.mktemp("loop")
     config_path = _write_configs(tmp, loop_tokenizer)
     out = tmp / "loop"
@@ -97,15 +120,14 @@ def loop_run(ray_head, loop_tokenizer, tmp_path_factory):
               "generate": (out / "round-001" / "generate.json").stat().st_mtime_ns,
               "round1_complete": (out / "round-001" / "round.json").exists(),
               "rows": (out / "rounds.jsonl").read_text().splitlines()}
-    result = run_loop(load_loop_config(config_path))
-    return out, killed, result
+    return out, killed, _submit_loop(ray_head, config_path, out)
 
 
 def test_round_zero_then_round_one_end_to_end(loop_run):
     out, _, result = loop_run
     assert [row["round"] for row in result.rows] == [0, 1] and result.stopped == "ran 2 rounds"
-    table = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
-    assert table == json.loads(json.dumps(result.rows))
+    table = result.rows
+    assert (out / "rounds.md").read_text().strip() in result.printed  # the job printed it
     zero, one = table
     assert zero["train_steps"] == 3 and one["train_steps"] == 2
     for row in table:  # every figure of the round table measured on the same held-out tasks
