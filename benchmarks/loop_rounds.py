@@ -41,7 +41,8 @@ def loop_overrides(args: argparse.Namespace) -> list[str]:
         f"student.max_tokens_per_turn={args.max_tokens}", f"student.temperature={args.temperature}",
         f"train.steps_per_round={args.steps}", f"train.replay_share={args.replay_share}",
         "train.set=[run.progress=false,run.save_every=0,data.max_seq_len=1024,"
-        f"tokenizer={args.tokenizer},run.seed={args.seed}]",
+        f"tokenizer={args.tokenizer},run.seed={args.seed}"
+        + (f",optim.lr={args.lr}" if args.lr else "") + "]",
         f"eval.envs={envs}", f"eval.num_tasks={args.eval_tasks}",
         f"eval.eval_seed={args.eval_seed}", f"eval.max_steps={args.max_turns + 2}",
         f"eval.max_new_tokens={args.max_tokens}", f"eval.irr_tasks={args.irr_tasks}",
@@ -103,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--steps", type=int, default=100, help="SAD steps per student round")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="the student rounds' learning rate (default: the train config's)")
     parser.add_argument("--replay-share", type=float, default=0.5)
     parser.add_argument("--eval-tasks", type=int, default=30)
     parser.add_argument("--eval-seed", type=int, default=0)
