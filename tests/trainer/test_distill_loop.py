@@ -24,6 +24,7 @@ import yaml
 
 from trainer.config import ConfigError
 from trainer.loop import load_loop_config
+from trainer.loop.config import loop_fingerprint
 from trainer.loop.mix import build_mix, replay_count
 from trainer.loop.rounds import RoundDir
 from trainer.loop.run import _Phases, make_plan, stop_reason
@@ -229,6 +230,20 @@ def test_stop_when_a_round_gains_less_than_the_threshold():
     assert "round 2 gained +0.0200 success_rate" in stop_reason(config, rounds)
     unlimited = load_loop_config(None, ["out=o", "round0.data=d", "train.config=c"])
     assert stop_reason(unlimited, rounds) is None
+
+
+def test_the_fingerprint_knows_config_files_by_content_not_path(tmp_path):
+    for name in ("here", "uploaded"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train.yaml").write_text("recipe: sad\n")
+
+    def fingerprint(name: str) -> str:
+        return loop_fingerprint(load_loop_config(None, [
+            "out=o", "round0.data=d", f"train.config={tmp_path / name / 'train.yaml'}"]))
+
+    assert fingerprint("here") == fingerprint("uploaded")  # a Ray job's copy of the same file
+    (tmp_path / "uploaded" / "train.yaml").write_text("recipe: sad\nrun: {max_steps: 5}\n")
+    assert fingerprint("here") != fingerprint("uploaded")  # edited: later rounds would differ
 
 
 def test_bad_configs_fail_before_any_work_naming_the_field(tmp_path, loop_tokenizer):
