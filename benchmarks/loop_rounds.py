@@ -41,7 +41,8 @@ def loop_overrides(args: argparse.Namespace) -> list[str]:
         f"student.max_tokens_per_turn={args.max_tokens}", f"student.temperature={args.temperature}",
         f"train.steps_per_round={args.steps}", f"train.replay_share={args.replay_share}",
         "train.set=[run.progress=false,run.save_every=0,data.max_seq_len=1024,"
-        f"tokenizer={args.tokenizer}]",
+        f"tokenizer={args.tokenizer},run.seed={args.seed}"
+        + (f",optim.lr={args.lr}" if args.lr else "") + "]",
         f"eval.envs={envs}", f"eval.num_tasks={args.eval_tasks}",
         f"eval.eval_seed={args.eval_seed}", f"eval.max_steps={args.max_turns + 2}",
         f"eval.max_new_tokens={args.max_tokens}", f"eval.irr_tasks={args.irr_tasks}",
@@ -66,6 +67,29 @@ def failure_facts(out: Path) -> dict[str, object]:
     return facts
 
 
+RAY_START_ATTEMPTS = 3
+
+
+def start_local_ray() -> None:
+    """A Ray of our own: with no address, ray.init() joins the newest `ray start` cluster on
+    the host, which on a shared machine is someone else's. On a loaded host the raylet can give
+    up waiting for its agents ("node timed out during startup"): tried again."""
+    import ray
+
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        try:
+            ray.init(address="local", include_dashboard=True, num_cpus=2,
+                     logging_level="WARNING",
+                     runtime_env={"env_vars": {"PYTHONPATH": str(ROOT),
+                                               "TOKENIZERS_PARALLELISM": "false"}})
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this
+            if "timed out during startup" not in str(exc) or attempt == RAY_START_ATTEMPTS:
+                raise
+            print(f"local Ray did not start (attempt {attempt}): {exc}", file=sys.stderr)
+            ray.shutdown()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/loop_bench")
@@ -80,21 +104,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--steps", type=int, default=100, help="SAD steps per student round")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="the student rounds' learning rate (default: the train config's)")
     parser.add_argument("--replay-share", type=float, default=0.5)
     parser.add_argument("--eval-tasks", type=int, default=30)
     parser.add_argument("--eval-seed", type=int, default=0)
     parser.add_argument("--irr-tasks", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the replay draw's and the student rounds' training seed")
     args = parser.parse_args(argv)
 
     import ray
 
     from trainer.loop import load_loop_config, run_loop
 
-    # A Ray of our own: with no address, ray.init() joins the newest `ray start` cluster on
-    # the host, which on a shared machine is someone else's.
-    ray.init(address="local", include_dashboard=True, num_cpus=2, logging_level="WARNING",
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}})
+    start_local_ray()
     started = time.perf_counter()
     result = run_loop(load_loop_config(args.config, loop_overrides(args)))
     print(Path(result.out, "rounds.md").read_text())

@@ -85,6 +85,19 @@ def init_ray(address: str | None) -> None:
              logging_level=logging.WARNING, runtime_env=runtime_env)
 
 
+def parquet_reader_without_actors() -> None:
+    """Ray Data 2.60's default Parquet reader (datasource v2) lists files in a 1-CPU task that
+    waits for footer-reading actors, each of which needs a free CPU to be placed. With the
+    training worker holding the other CPU of a 2-CPU node they never are, and the fit hangs
+    (seen in the distillation loop's round-0 fit: ListFiles RUNNING, FooterReader x16
+    PENDING_CREATION, for 10 minutes). The v1 reader reads footers inside its read tasks.
+    Set on the driver's DataContext before the dataset is built: the dataset carries it to
+    the workers that read it."""
+    import ray.data
+
+    ray.data.DataContext.get_current().use_datasource_v2 = False
+
+
 def ordered_ingest() -> Any:
     """Ray Train's ingest with the stream's order kept: a resumed run skips the micro-batches
     its checkpoint consumed by position, which is only the same batches if the order is the
@@ -109,6 +122,7 @@ def fit(cfg: TrainConfig) -> FitResult:
     cfg = absolute_paths(cfg)
     recipe = load_recipe(cfg.recipe)
     init_ray(cfg.ray_address)
+    parquet_reader_without_actors()
     dataset, data_info = recipe.build_dataset(cfg)
     log.info("training data: %s", data_info)
     run_dir = Path(cfg.run_dir)

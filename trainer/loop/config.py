@@ -173,8 +173,23 @@ class LoopConfig(StrictModel):
 RUN_ONLY_FIELDS = {"out", "rounds", "ray_address", "stop"}
 
 
+# The config files a loop names, fingerprinted by content rather than path: the same file
+# uploaded with a `ray job submit` resolves into another directory (`_ray_pkg_<hash>`), and a
+# file edited in place changes what the next rounds produce.
+CONFIG_FILE_FIELDS = (("round0", "generate"), ("train", "config"), ("dpo", "config"))
+
+
+def _file_digest(path: str | None) -> str | None:
+    try:
+        return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else path
+    except OSError:  # not there (yet): validated elsewhere; the path stands for it
+        return path
+
+
 def loop_fingerprint(config: LoopConfig) -> str:
     dump = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS)
+    for section, field in CONFIG_FILE_FIELDS:
+        dump[section][field] = _file_digest(dump[section][field])
     return hashlib.sha256(json.dumps(dump, sort_keys=True).encode()).hexdigest()[:16]
 
 

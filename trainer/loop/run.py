@@ -119,7 +119,6 @@ def run_loop(config: LoopConfig) -> LoopResult:
     plan.out.mkdir(parents=True, exist_ok=True)
     claim(plan.out, loop_fingerprint(plan.config), plan.config.model_dump(mode="json"))
     init_ray(plan.config.ray_address)
-    parquet_reader_without_actors()
     manifests: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
     stopped = f"ran {plan.config.rounds} rounds"
@@ -136,18 +135,6 @@ def run_loop(config: LoopConfig) -> LoopResult:
             stopped = reason
             break
     return LoopResult(str(plan.out), rows, stopped)
-
-
-def parquet_reader_without_actors() -> None:
-    """Ray Data 2.60's default Parquet reader (datasource v2) lists files in a 1-CPU task that
-    waits for footer-reading actors, each of which needs a free CPU to be placed. With the
-    training worker holding the other CPU of a 2-CPU node they never are, and the round hangs
-    (seen in this loop: ListFiles RUNNING, FooterReader x16 PENDING_CREATION, for 10 minutes).
-    The v1 reader reads footers inside its read tasks. Set on the driver's DataContext, which
-    the datasets of every `trainer fit` this process runs carry to their workers."""
-    import ray.data
-
-    ray.data.DataContext.get_current().use_datasource_v2 = False
 
 
 def stop_reason(config: LoopConfig, manifests: list[dict[str, Any]]) -> str | None:
@@ -194,8 +181,7 @@ class _Phases:
 
     def manifest(self, checkpoint: str, eval_report: dict[str, Any],
                  note: str | None = None) -> dict[str, Any]:
-        seconds = {name: round(record.get("seconds") or record.get("wall_seconds") or 0.0, 3)
-                   for name, record in self.records.items()}
+        seconds = {name: round(_wall_seconds(record), 3) for name, record in self.records.items()}
         manifest = {"round": self.directory.index, "checkpoint": checkpoint,
                     "eval": evaluation.headline(eval_report), "note": note,
                     "seconds": round(sum(seconds.values()), 3), "phase_seconds": seconds,
@@ -204,6 +190,16 @@ class _Phases:
                     "eval_report": str(self.directory.record("eval"))}
         write_json(self.directory.manifest, manifest)  # last: the round is complete
         return manifest
+
+
+def _wall_seconds(record: dict[str, Any]) -> float:
+    """A phase's wall time: an eval report's `wall_seconds` (its `seconds` is a dict per
+    section, which a round() of it turned into the TypeError that ended every round 0 on
+    2026-12-03); the generate, mix and train records' `seconds`; 0 for a reused phase."""
+    if record.get("wall_seconds") is not None:
+        return float(record["wall_seconds"])
+    seconds = record.get("seconds")
+    return float(seconds) if isinstance(seconds, (int, float)) else 0.0
 
 
 def _summary(record: dict[str, Any]) -> dict[str, Any]:
