@@ -179,7 +179,7 @@ class ConsistencyConfig(StrictModel):
                                  "also have at least this share of the task's k votes (0 = "
                                  "the unique plurality suffices)")
     scorer: str | None = Field(None, description="a registered confidence scorer "
-                               "(datagen.pipeline.consistency.register_scorer), e.g. a trained "
+                               "(datagen.scorers.register_scorer), e.g. a trained "
                                "MCH that a module in env_modules registers; None = no score")
     scorer_options: dict[str, Any] = Field(default_factory=dict, description="passed to the "
                                            "scorer's factory (a checkpoint path, a device)")
@@ -337,7 +337,7 @@ class GenerateConfig(StrictModel):
         if not consistency.enabled:
             return self
         if consistency.scorer is not None:
-            from datagen.pipeline.consistency import registered_scorers
+            from datagen.scorers import registered_scorers
 
             if consistency.scorer not in registered_scorers():
                 raise ValueError(f"consistency.scorer: unknown scorer {consistency.scorer!r}; "

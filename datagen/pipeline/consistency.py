@@ -1,5 +1,5 @@
-"""Consistency filter, the parts that know no stage: K samples per task, outcome keys, votes,
-and the registry of confidence scorers (issue 18; the stage is stages/consistency.py).
+"""Consistency filter, the parts that know no stage: K samples per task, outcome keys, votes
+(issue 18; the stage is stages/consistency.py, the scorer registry datagen/scorers.py).
 
 Sampling. Sample 0 of a task is the ordinary rollout (same id as a run without the filter);
 sample j >= 1 is rolled out as a copy of the task whose id is `<task id>~j`, so that it is an
@@ -32,7 +32,7 @@ import hashlib
 import re
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import orjson
 
@@ -123,32 +123,3 @@ def vote(outcomes: Sequence[str | None]) -> list[Vote]:
                  (tally[outcome] / total) if outcome is not None else 0.0,
                  outcome is not None and outcome == winner)
             for outcome in outcomes]
-
-
-# -- confidence scorers ------------------------------------------------------------------------
-# A scorer gives each trajectory a confidence in [0, 1] (None: cannot score it), e.g. the
-# trainer's meta-cognitive head over the trajectory's ACT steps. datagen never imports the
-# trainer: a module listed in `env_modules` registers the scorer by name, as the trainer
-# registers its `policy` teacher backend.
-
-ConfidenceScorer = Callable[[list[Trajectory]], list["float | None"]]
-ScorerFactory = Callable[[dict[str, Any]], ConfidenceScorer]
-_SCORERS: dict[str, ScorerFactory] = {}
-
-
-def register_scorer(name: str, factory: ScorerFactory) -> None:
-    """Make `factory(options) -> scorer` available as `consistency.scorer: name`."""
-    if not name or not name.replace("_", "").isalnum():
-        raise ValueError(f"scorer name {name!r} must be a non-empty identifier")
-    _SCORERS[name] = factory
-
-
-def registered_scorers() -> tuple[str, ...]:
-    return tuple(_SCORERS)
-
-
-def make_scorer(name: str, options: dict[str, Any]) -> ConfidenceScorer:
-    if name not in _SCORERS:
-        raise ValueError(f"unknown confidence scorer {name!r}; registered: "
-                         f"{', '.join(_SCORERS) or 'none'}")
-    return _SCORERS[name](options)

@@ -11,8 +11,8 @@ from critics.falsify import LLMFalsifier, parse_falsify_reply, rule_falsify
 from datagen.config import ConfigError, load_config
 from datagen.envs import make_env
 from datagen.pipeline.chunk import ChunkProcessor, plan_chunks
-from datagen.pipeline.consistency import (normalise_answer, outcome_key, register_scorer,
-                                          rollout_samples, vote)
+from datagen.pipeline.consistency import normalise_answer, outcome_key, rollout_samples, vote
+from datagen.scorers import register_scorer
 from datagen.teachers import EnvPool
 from datagen.teachers.oracle import OracleTeacher
 from datagen.types import Observation, Step, ToolCall, Trajectory, trajectory_id

@@ -28,11 +28,11 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from datagen.config import ConsistencyConfig, GenerateConfig
-from datagen.pipeline.consistency import (ConfidenceScorer, Vote, make_scorer, outcome_key,
-                                          vote)
+from datagen.pipeline.consistency import Vote, outcome_key, vote
 from datagen.pipeline.stages.base import (Stage, StageBatch, StageContext, StageOutput, Table,
                                           register_stage)
 from datagen.rows import CONSISTENCY_SCHEMA
+from datagen.scorers import ConfidenceScorer, make_scorer
 from datagen.teachers import EnvPool, make_teacher
 from datagen.teachers.base import describe_exception
 from datagen.types import Trajectory
