@@ -12,7 +12,7 @@ from datagen.config import ConfigError, load_config
 from datagen.envs import make_env
 from datagen.pipeline.chunk import ChunkProcessor, plan_chunks
 from datagen.pipeline.consistency import normalise_answer, outcome_key, rollout_samples, vote
-from datagen.scorers import register_scorer
+from tests.datagen.consistency_fakes import WrongOnSampleOneOracleFake, with_answer
 from datagen.teachers import EnvPool
 from datagen.teachers.oracle import OracleTeacher
 from datagen.types import Observation, Step, ToolCall, Trajectory, trajectory_id
@@ -40,11 +40,6 @@ def _oracle_rollout(env_name: str, seed: int = 3) -> tuple[Trajectory, object]:
     return OracleTeacher().rollout(task, env), env
 
 
-def _with_answer(traj: Trajectory, answer: str) -> Trajectory:
-    steps = [*traj.steps[:-1], dataclasses.replace(traj.steps[-1], answer=answer)]
-    return dataclasses.replace(traj, steps=steps)
-
-
 def _question(env_name: str) -> tuple[Trajectory, object]:
     for seed in range(40):
         traj, env = _oracle_rollout(env_name, seed)
@@ -56,8 +51,8 @@ def _question(env_name: str) -> tuple[Trajectory, object]:
 def test_outcome_key_of_a_question_is_the_normalised_answer_and_state():
     traj, env = _question("sql")
     key = outcome_key(env, traj)
-    assert key == outcome_key(env, _with_answer(traj, f'  "{traj.steps[-1].answer.upper()}." '))
-    assert key != outcome_key(env, _with_answer(traj, traj.steps[-1].answer + " and 1"))
+    assert key == outcome_key(env, with_answer(traj, f'  "{traj.steps[-1].answer.upper()}." '))
+    assert key != outcome_key(env, with_answer(traj, traj.steps[-1].answer + " and 1"))
     assert normalise_answer("The  Total is\n42!") == "the total is 42"
     no_answer = dataclasses.replace(traj, steps=traj.steps[:-1])
     assert outcome_key(env, no_answer) is None
@@ -71,7 +66,7 @@ def test_outcome_key_of_a_changed_world_is_its_end_state_whatever_the_remark():
             break
     else:
         raise AssertionError("no state task in 40 seeds")
-    assert outcome_key(env, _with_answer(traj, "Done.")) == key  # the remark does not vote
+    assert outcome_key(env, with_answer(traj, "Done.")) == key  # the remark does not vote
     without = [dataclasses.replace(traj, steps=traj.steps[:i] + traj.steps[i + 1:])
                for i in range(len(traj.steps) - 1)]
     assert any(outcome_key(env, fewer) != key for fewer in without)  # a write left out
@@ -89,7 +84,7 @@ def test_rule_falsify_finds_a_concrete_reason_in_a_hand_built_wrong_step():
     bad_call = dataclasses.replace(first, call=ToolCall(first.call.name, {"bogus_key": 1}))
     verdict = rule_falsify(dataclasses.replace(traj, steps=[bad_call, *traj.steps[1:]]))
     assert (verdict.falsified, verdict.kind) == (True, "schema_invalid")
-    made_up = _with_answer(traj, "It is 918273645.")
+    made_up = with_answer(traj, "It is 918273645.")
     verdict = rule_falsify(made_up)
     assert (verdict.kind, verdict.step) == ("ungrounded_answer", len(traj.steps) - 1)
     assert rule_falsify(made_up, answer_matters=False).falsified is False
@@ -160,24 +155,11 @@ def test_default_config_keeps_its_fingerprint_and_k_samples_have_distinct_ids():
     assert fingerprint(load_config(None)) == fingerprint(load_config(None, {"consistency.k": 4}))
 
 
-class WrongOnSampleOneOracleFake(OracleTeacher):
-    """FAKE teacher: the oracle, except that sample 1 of every task answers a made-up figure
-    and sample 2 of tasks with an even seed ends without an answer."""
-
-    def rollout(self, task, env, round_=0):
-        traj = super().rollout(task, env, round_)
-        if task.id.endswith("~1"):
-            traj = _with_answer(traj, "42424242")
-            traj.success = env.check(task, "42424242")
-        elif task.id.endswith("~2") and task.seed % 2 == 0:
-            traj.steps, traj.success = traj.steps[:-1], False
-        return traj
-
-
 def _processor(tmp_path, **overrides):
     config = load_config(None, {"num_trajectories": 12, "chunk_size": 12, "out": str(tmp_path),
                                 "negatives.enabled": False, "critics.enabled": False,
-                                "consistency.enabled": True, "consistency.k": 3, **overrides})
+                                "consistency.enabled": True, "consistency.k": 3,
+                                "env_modules": ["tests.datagen.consistency_fakes"], **overrides})
     processor = ChunkProcessor(config)
     processor.teacher = WrongOnSampleOneOracleFake()
     return processor, plan_chunks(config)[0]
@@ -211,12 +193,6 @@ def test_stage_keeps_the_majority_and_drops_the_odd_rollout(tmp_path):
 
 
 def test_scorer_from_the_registry_sets_confidence_and_its_threshold(tmp_path):
-    def confidence_by_sample_fake(options):  # FAKE scorer standing in for a trained MCH
-        return lambda trajs: [options["high"] if t.id == trajectory_id(t.task.id, t.teacher,
-                                                                        t.round) else 0.1
-                              for t in trajs]
-
-    register_scorer("confidence_fake", confidence_by_sample_fake)
     processor, chunk = _processor(tmp_path, **{"consistency.scorer": "confidence_fake",
                                                "consistency.scorer_options": {"high": 0.9},
                                                "consistency.min_confidence": 0.5,
@@ -237,10 +213,13 @@ def test_pipeline_run_writes_the_consistency_table(ray_head, tmp_path):
     from datagen.config import GenerateConfig
     from datagen.pipeline import run_generation
     from datagen.pipeline.verify import verify_output
+    from datagen.readers import kept_trajectory_ids, load_sft
 
     out = tmp_path / "out"
     config = GenerateConfig(out=str(out), num_trajectories=10, chunk_size=5, progress=False,
-                            num_workers=1, consistency={"enabled": True, "k": 3},
+                            num_workers=1, env_modules=["tests.datagen.consistency_fakes"],
+                            teacher={"backend": "wrong_sample_fake"},
+                            consistency={"enabled": True, "k": 3},
                             critics={"inject_rate": 0.0, "safety_rate": 0.0})
     summary = run_generation(config)
     assert summary.complete and summary.counts["trajectories"] == 30
@@ -250,6 +229,11 @@ def test_pipeline_run_writes_the_consistency_table(ray_head, tmp_path):
     joined = trajectories.join(consistency, left_on="id", right_on="trajectory_id")
     assert joined.height == 30 and joined["task_id"].n_unique() == 10
     assert joined.group_by("task_id").len()["len"].to_list() == [3] * 10
-    assert joined["kept"].all() and (joined["agreement"] == 1.0).all()  # the oracle agrees
+    kept = joined.filter(pl.col("kept"))
+    assert 10 <= kept.height < 30 and kept["success"].all()
+    assert not joined["success"].all()
     assert verify_output(out).ok
-    assert "consistency: kept 30 of 30 rollouts" in (out / "README.md").read_text()
+    assert f"consistency: kept {kept.height} of 30 rollouts" in (out / "README.md").read_text()
+    assert sorted(kept_trajectory_ids(out)) == sorted(kept["id"])
+    sft = load_sft(out, successful_only=False, kept_only=True, cache_dir=str(tmp_path / "c"))
+    assert sorted(sft["id"]) == sorted(kept["id"])
