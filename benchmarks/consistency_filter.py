@@ -5,6 +5,8 @@ checker-verified success of the rollouts it keeps.
     python benchmarks/consistency_filter.py --out OUT
     # in process, no Ray: the oracle with noise as the teacher
     python benchmarks/consistency_filter.py --noisy-oracle 0.3 --tasks 120 --k 5
+    # in process, no Ray: the teacher of a datagen config (an hf / policy checkpoint)
+    python benchmarks/consistency_filter.py --config teacher.yaml --tasks 12 --k 3
 
 The noisy oracle (`NoisyOracleFake`, a scripted stand-in for a sampling model) plays each
 rollout as the oracle does, except that with probability `noise` (seeded per rollout) one
@@ -95,13 +97,16 @@ def figures(trajectories: pl.DataFrame, consistency: pl.DataFrame) -> dict[str, 
             "falsified_share": rows["falsified"].fill_null(False).mean()}
 
 
-def run_noisy(noise: float, tasks: int, k: int, seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-    config = load_config(None, {"num_trajectories": tasks, "chunk_size": tasks, "seed": seed,
-                                "out": "/tmp/consistency-bench-unused",
-                                "negatives.enabled": False, "critics.enabled": False,
-                                "consistency.enabled": True, "consistency.k": k})
+def run_in_process(config_path: str | None, noise: float | None, tasks: int, k: int,
+                   seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One chunk of `tasks` tasks through the chunk processor (no Ray, nothing written)."""
+    config = load_config(config_path, {"num_trajectories": tasks, "chunk_size": tasks,
+                                       "seed": seed, "out": "/tmp/consistency-bench-unused",
+                                       "negatives.enabled": False, "critics.enabled": False,
+                                       "consistency.enabled": True, "consistency.k": k})
     processor = ChunkProcessor(config)
-    processor.teacher = NoisyOracleFake(noise)
+    if noise is not None:
+        processor.teacher = NoisyOracleFake(noise)
     trajectories = processor.rollout(plan_chunks(config)[0])
     tables, _ = processor.run_stages(trajectories)
     return pl.from_arrow(tables["trajectories"]), pl.from_arrow(tables["consistency"])
@@ -111,6 +116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", help="an OUT written with consistency.enabled")
     parser.add_argument("--noisy-oracle", type=float, help="noise rate of the fake teacher")
+    parser.add_argument("--config", help="a datagen config whose teacher rolls out")
     parser.add_argument("--tasks", type=int, default=120)
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
@@ -120,10 +126,11 @@ def main() -> None:
         trajectories = pl.read_parquet(f"{args.out}/trajectories/*.parquet",
                                        columns=["id", "success"])
         consistency = pl.read_parquet(f"{args.out}/consistency/*.parquet")
-    elif args.noisy_oracle is not None:
-        trajectories, consistency = run_noisy(args.noisy_oracle, args.tasks, args.k, args.seed)
+    elif args.noisy_oracle is not None or args.config:
+        trajectories, consistency = run_in_process(args.config, args.noisy_oracle, args.tasks,
+                                                   args.k, args.seed)
     else:
-        parser.error("give --out or --noisy-oracle")
+        parser.error("give --out, --noisy-oracle or --config")
     for name, value in figures(trajectories, consistency).items():
         print(f"{name:28} {value:.3f}" if isinstance(value, float) else f"{name:28} {value}")
     kinds = consistency.filter(pl.col("falsified").fill_null(False)).group_by(
