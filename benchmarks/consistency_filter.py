@@ -120,6 +120,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=120)
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--save", help="write the in-process run's two tables here (parquet), "
+                        "to re-tune the filter on them without rolling out again")
     args = parser.parse_args()
     started = time.perf_counter()
     if args.out:
@@ -131,6 +133,10 @@ def main() -> None:
                                                    args.k, args.seed)
     else:
         parser.error("give --out, --noisy-oracle or --config")
+    if args.save:
+        Path(args.save).mkdir(parents=True, exist_ok=True)
+        trajectories.write_parquet(Path(args.save) / "trajectories.parquet")
+        consistency.write_parquet(Path(args.save) / "consistency.parquet")
     for name, value in figures(trajectories, consistency).items():
         print(f"{name:28} {value:.3f}" if isinstance(value, float) else f"{name:28} {value}")
     kinds = consistency.filter(pl.col("falsified").fill_null(False)).group_by(

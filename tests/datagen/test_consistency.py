@@ -206,12 +206,49 @@ def test_scorer_from_the_registry_sets_confidence_and_its_threshold(tmp_path):
     assert any(r["kept"] for r in rows if r["sample"] == 0)
 
 
+def test_inspect_shows_success_of_kept_against_all_rollouts(tmp_path):
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    from datagen.pipeline.inspect import DatasetView
+    from datagen.pipeline.stages.consistency import ConsistencyStage, filter_figures
+
+    processor, chunk = _processor(tmp_path)
+    trajectories = processor.rollout(chunk)
+    tables, _ = processor.run_stages(trajectories)
+    success = {t.id: t.success for t in trajectories}
+    consistency = tables["consistency"].to_pylist()
+    figures = filter_figures(pl.from_arrow(tables["consistency"]),
+                             pl.from_arrow(tables["trajectories"]))
+    assert figures["env"].to_list() == sorted({r["env"] for r in consistency})
+    for row in figures.iter_rows(named=True):
+        mine = [r for r in consistency if r["env"] == row["env"]]
+        kept = [success[r["trajectory_id"]] for r in mine if r["kept"]]
+        first = [success[r["trajectory_id"]] for r in mine if r["sample"] == 0]
+        assert row["rollouts"] == len(mine) and row["tasks"] == len(first)
+        assert row["kept_share"] == round(len(kept) / len(mine), 3)
+        assert row["success_kept"] == round(sum(kept) / len(kept), 3) == 1.0
+        assert row["success_sample0"] == round(sum(first) / len(first), 3)
+        assert row["success_all"] == round(sum(success[r["trajectory_id"]] for r in mine)
+                                           / len(mine), 3)
+    assert figures["success_all"].min() < 1.0  # the wrong samples are there to be dropped
+    shards = {}
+    for name in ("trajectories", "consistency"):
+        pq.write_table(tables[name], tmp_path / f"{name}.parquet")
+        shards[name] = [tmp_path / f"{name}.parquet"]
+    lines = ConsistencyStage.inspect_lines(DatasetView(tmp_path, {}, shards, samples=0))
+    assert "consistency filter per environment:" in lines and "success_kept" in "\n".join(lines)
+    assert "ungrounded_answer" in "\n".join(lines[lines.index("falsified by kind:"):])
+    assert ConsistencyStage.inspect_lines(DatasetView(tmp_path, {}, {})) == []
+
+
 @pytest.mark.slow
 def test_pipeline_run_writes_the_consistency_table(ray_head, tmp_path):
     import polars as pl
 
     from datagen.config import GenerateConfig
     from datagen.pipeline import run_generation
+    from datagen.pipeline.inspect import inspect_dataset
     from datagen.pipeline.verify import verify_output
     from datagen.readers import kept_trajectory_ids, load_sft
 
@@ -237,3 +274,10 @@ def test_pipeline_run_writes_the_consistency_table(ray_head, tmp_path):
     assert sorted(kept_trajectory_ids(out)) == sorted(kept["id"])
     sft = load_sft(out, successful_only=False, kept_only=True, cache_dir=str(tmp_path / "c"))
     assert sorted(sft["id"]) == sorted(kept["id"])
+    report = inspect_dataset(out, samples=0).splitlines()
+    table = report[report.index("consistency filter per environment:"):]
+    env_rows = [line for line in table if line.startswith("│ ") and "┆" in line
+                and line.split("┆")[0].strip("│ ") in set(joined["env"])]
+    assert len(env_rows) == joined["env"].n_unique()
+    assert all(line.split("┆")[-1].strip("│ ") == "1.0" for line in env_rows)  # success_kept
+    assert "no_answer" in "\n".join(report[report.index("falsified by kind:"):])

@@ -39,6 +39,9 @@ from datagen.types import Trajectory
 
 if TYPE_CHECKING:
     from critics.falsify import LLMFalsifier, Verdict
+    import polars as pl
+
+    from datagen.pipeline.inspect import DatasetView
 
 CONSISTENCY = Table("consistency", CONSISTENCY_SCHEMA, "one row per rollout of a run with the "
                     "consistency filter (k rollouts per task)", {
@@ -200,6 +203,44 @@ class ConsistencyStage(Stage):
     @classmethod
     def card_lines(cls, stats: dict[str, Any]) -> list[str]:
         return [f"- {line}" for line in cls.summary_lines(stats)]
+
+    @classmethod
+    def inspect_lines(cls, view: DatasetView) -> list[str]:
+        """`filter_figures` per environment, then the falsified rollouts by kind."""
+        import polars as pl
+
+        consistency = view.read("consistency")
+        if consistency is None:
+            return []
+        trajectories = view.read("trajectories", columns=["id", "success"])
+        if trajectories is None:
+            return view.table_lines(["consistency"])
+        lines = ["", "consistency filter per environment:",
+                 view.frame(filter_figures(consistency, trajectories))]
+        falsified = consistency.filter(pl.col("falsified").fill_null(False))
+        if falsified.height:
+            lines += ["", "falsified by kind:", view.frame(
+                falsified.group_by("falsifier", "falsify_kind").len().sort("len",
+                                                                         descending=True))]
+        return lines
+
+
+def filter_figures(consistency: pl.DataFrame, trajectories: pl.DataFrame) -> pl.DataFrame:
+    """Per environment: rollouts, tasks, the share kept, and the checker's success of all
+    rollouts, of sample 0 (what a run without the filter writes) and of the kept ones. The
+    checker is read here only to measure the filter, never by it."""
+    import polars as pl
+
+    rows = consistency.join(trajectories.select("id", "success"), left_on="trajectory_id",
+                            right_on="id", how="left")
+    success = pl.col("success")
+    return rows.group_by("env").agg(
+        pl.len().alias("rollouts"), pl.col("task_id").n_unique().alias("tasks"),
+        pl.col("kept").mean().round(3).alias("kept_share"),
+        success.mean().round(3).alias("success_all"),
+        success.filter(pl.col("sample") == 0).mean().round(3).alias("success_sample0"),
+        success.filter(pl.col("kept")).mean().round(3).alias("success_kept"),
+    ).sort("env")
 
 
 def _llm_falsifier(config: GenerateConfig, context: StageContext) -> LLMFalsifier:
