@@ -159,6 +159,9 @@ class CriticsConfig(StrictModel):
         return self
 
 
+# Teacher backends that send `sampling.seed` with each request (consistency: k samples).
+PER_REQUEST_SEED_BACKENDS = ("openai", "vllm")
+
 class ConsistencyConfig(StrictModel):
     """Consistency filter for LLM-teacher data (issue 18): K rollouts per task, a majority vote
     on their outcome and a falsification check, written to the `consistency` table
@@ -331,11 +334,12 @@ class GenerateConfig(StrictModel):
 
     @model_validator(mode="after")
     def _consistency_parts(self) -> GenerateConfig:
-        """The scorer must be registered (env_modules are imported by now) and an LLM
-        falsifier needs a model, as the LLM critic does."""
+        """The k samples must be able to differ, the scorer must be registered (env_modules
+        are imported by now) and an LLM falsifier needs a model, as the LLM critic does."""
         consistency = self.consistency
         if not consistency.enabled:
             return self
+        self._samples_can_differ()
         if consistency.scorer is not None:
             from datagen.scorers import registered_scorers
 
@@ -351,6 +355,24 @@ class GenerateConfig(StrictModel):
                                  f"needs a model of backend {' or '.join(CRITIC_MODEL_BACKENDS)}"
                                  f" in critics.llm or teacher; or set consistency.falsify: rule")
         return self
+
+    def _samples_can_differ(self) -> None:
+        """A model teacher's k samples of a task send the same prompt: greedy decoding, or a
+        fixed seed sent with every request (openai, vllm: the server reseeds per request;
+        hf and policy draw every request from one seeded stream), would make them identical
+        and the vote meaningless. The oracle varies its samples by their ids."""
+        sampling, backend = self.teacher.sampling, self.teacher.backend
+        if self.consistency.k == 1 or backend == "oracle":
+            return
+        if sampling.temperature == 0:
+            raise ValueError(f"consistency.k {self.consistency.k} with "
+                             f"teacher.sampling.temperature 0: greedy decoding gives the k "
+                             f"samples of a task the same rollout; sample (temperature > 0)")
+        if sampling.seed is not None and backend in PER_REQUEST_SEED_BACKENDS:
+            raise ValueError(f"consistency.k {self.consistency.k} with "
+                             f"teacher.sampling.seed {sampling.seed} on backend {backend!r}: "
+                             f"every request carries the seed, so the k samples of a task come "
+                             f"back identical; leave teacher.sampling.seed unset")
 
 
 RUN_ONLY_FIELDS = {"out", "num_workers", "max_in_flight", "overwrite", "progress",

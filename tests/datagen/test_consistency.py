@@ -132,10 +132,25 @@ def test_llm_falsifier_reads_verdicts_and_never_raises():
     ({"consistency.enabled": True, "critics.enabled": False, "critics.backend": "llm"},
      "consistency.falsify"),
     ({"consistency.kk": 3}, "consistency.kk"),
+    ({"consistency.enabled": True, "teacher.backend": "hf", "teacher.hf.model": "m",
+      "teacher.sampling.temperature": 0}, "teacher.sampling.temperature 0"),
+    ({"consistency.enabled": True, "teacher.backend": "openai", "teacher.sampling.seed": 3,
+      "teacher.openai.base_url": "http://127.0.0.1:9/v1", "teacher.openai.model": "m"},
+     "teacher.sampling.seed 3"),
 ])
 def test_invalid_consistency_config_fails_naming_the_field(overrides, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         load_config(None, overrides)
+
+
+def test_samples_that_cannot_differ_are_refused_only_where_they_would_not():
+    greedy = {"consistency.enabled": True, "teacher.sampling.temperature": 0}
+    assert load_config(None, greedy).consistency.k == 4  # the oracle varies samples by id
+    assert load_config(None, {**greedy, "teacher.backend": "hf", "teacher.hf.model": "m",
+                              "consistency.k": 1}).consistency.k == 1
+    seeded_hf = {"consistency.enabled": True, "teacher.backend": "hf", "teacher.hf.model": "m",
+                 "teacher.sampling.seed": 3}  # one seeded stream: the samples still differ
+    assert load_config(None, seeded_hf).teacher.sampling.seed == 3
 
 
 def test_default_config_keeps_its_fingerprint_and_k_samples_have_distinct_ids():
