@@ -159,6 +159,45 @@ class CriticsConfig(StrictModel):
         return self
 
 
+# Teacher backends that send `sampling.seed` with each request (consistency: k samples).
+PER_REQUEST_SEED_BACKENDS = ("openai", "vllm")
+
+class ConsistencyConfig(StrictModel):
+    """Consistency filter for LLM-teacher data (issue 18): K rollouts per task, a majority vote
+    on their outcome and a falsification check, written to the `consistency` table
+    (datagen/pipeline/stages/consistency.py). Every rollout is written; `kept` marks the ones
+    the filter keeps, so the thresholds can be re-tuned on the columns without regenerating."""
+
+    enabled: bool = Field(False, description="roll out every task `k` times and write the "
+                          "`consistency` table (off: one rollout per task, as before)")
+    k: int = Field(4, ge=1, le=64, description="independent rollouts per task (different "
+                   "sampling, ids `trajectory_id(task, teacher, round, sample)`); the run "
+                   "writes k x num_trajectories trajectories and pays k x the teacher's time. "
+                   "Odd k avoids most ties (a tie keeps none)")
+    falsify: Literal["critic", "rule", "off"] = Field(
+        "critic", description="falsification check: critic = the rule check, then the critics' "
+        "model on the survivors when critics.backend is llm; rule = validator and environment "
+        "feedback only (no gold, no checker); off = no check")
+    min_agreement: float = Field(0.0, ge=0, le=1, description="a kept rollout's outcome must "
+                                 "also have at least this share of the task's k votes (0 = "
+                                 "the unique plurality suffices)")
+    scorer: str | None = Field(None, description="a registered confidence scorer "
+                               "(datagen.scorers.register_scorer), e.g. a trained "
+                               "MCH that a module in env_modules registers; None = no score")
+    scorer_options: dict[str, Any] = Field(default_factory=dict, description="passed to the "
+                                           "scorer's factory (a checkpoint path, a device)")
+    min_confidence: float | None = Field(None, ge=0, le=1, description="keep only rollouts "
+                                         "the scorer gives at least this confidence (needs "
+                                         "`scorer`); None = the score is recorded, not used")
+
+    @model_validator(mode="after")
+    def _threshold_needs_scorer(self) -> ConsistencyConfig:
+        if self.min_confidence is not None and self.scorer is None:
+            raise ValueError("min_confidence is set but scorer is not; name a registered "
+                             "scorer or remove min_confidence")
+        return self
+
+
 class PreferencesConfig(StrictModel):
     """How the `preferences` table stores each pair's prompt (README "What the demo writes")."""
 
@@ -200,6 +239,7 @@ class GenerateConfig(StrictModel):
     negatives: NegativesConfig = Field(default_factory=NegativesConfig)
     critics: CriticsConfig = Field(default_factory=CriticsConfig)
     preferences: PreferencesConfig = Field(default_factory=PreferencesConfig)
+    consistency: ConsistencyConfig = Field(default_factory=ConsistencyConfig)
     tokenizer: str | None = Field(None, description="local Hugging Face tokenizer directory; "
                                   "when set, rows get input_ids and per-token span_ids")
     num_workers: int = Field(0, ge=0, description="chunk workers (run-only); 0 = one per CPU")
@@ -292,6 +332,49 @@ class GenerateConfig(StrictModel):
         return self
 
 
+    @model_validator(mode="after")
+    def _consistency_parts(self) -> GenerateConfig:
+        """The k samples must be able to differ, the scorer must be registered (env_modules
+        are imported by now) and an LLM falsifier needs a model, as the LLM critic does."""
+        consistency = self.consistency
+        if not consistency.enabled:
+            return self
+        self._samples_can_differ()
+        if consistency.scorer is not None:
+            from datagen.scorers import registered_scorers
+
+            if consistency.scorer not in registered_scorers():
+                raise ValueError(f"consistency.scorer: unknown scorer {consistency.scorer!r}; "
+                                 f"registered: {', '.join(registered_scorers()) or 'none'} (a "
+                                 f"scorer is registered by a module listed in env_modules)")
+        critics = self.critics
+        if consistency.falsify == "critic" and critics.backend == "llm":
+            source = critics.llm or self.teacher
+            if source.backend not in CRITIC_MODEL_BACKENDS:
+                raise ValueError(f"consistency.falsify 'critic' with critics.backend 'llm' "
+                                 f"needs a model of backend {' or '.join(CRITIC_MODEL_BACKENDS)}"
+                                 f" in critics.llm or teacher; or set consistency.falsify: rule")
+        return self
+
+    def _samples_can_differ(self) -> None:
+        """A model teacher's k samples of a task send the same prompt: greedy decoding, or a
+        fixed seed sent with every request (openai, vllm: the server reseeds per request;
+        hf and policy draw every request from one seeded stream), would make them identical
+        and the vote meaningless. The oracle varies its samples by their ids."""
+        sampling, backend = self.teacher.sampling, self.teacher.backend
+        if self.consistency.k == 1 or backend == "oracle":
+            return
+        if sampling.temperature == 0:
+            raise ValueError(f"consistency.k {self.consistency.k} with "
+                             f"teacher.sampling.temperature 0: greedy decoding gives the k "
+                             f"samples of a task the same rollout; sample (temperature > 0)")
+        if sampling.seed is not None and backend in PER_REQUEST_SEED_BACKENDS:
+            raise ValueError(f"consistency.k {self.consistency.k} with "
+                             f"teacher.sampling.seed {sampling.seed} on backend {backend!r}: "
+                             f"every request carries the seed, so the k samples of a task come "
+                             f"back identical; leave teacher.sampling.seed unset")
+
+
 RUN_ONLY_FIELDS = {"out", "num_workers", "max_in_flight", "overwrite", "progress",
                    "worker_start_timeout_s", "worker_setup_timeout_s", "max_chunk_attempts",
                    "max_worker_restarts", "worker_resources"}
@@ -306,6 +389,8 @@ def public_dump(config: GenerateConfig) -> dict[str, Any]:
         # Left out at its default, so every OUT written before the section existed keeps
         # its fingerprint (and resumes); a compact layout is another config.
         del dump["preferences"]
+    if dump["consistency"] == ConsistencyConfig().model_dump(mode="json"):
+        del dump["consistency"]  # the same: off is what every OUT before the section holds
     if dump["round"] == 0:
         del dump["round"]  # the same: round 0 is what every OUT before the field holds
     return redact_credentials(dump)

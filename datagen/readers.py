@@ -158,8 +158,16 @@ def _load_joined(out: str | Path, files: list[str], filters: list[tuple[str, str
     return dataset.cast(conversational_features(dataset.features, "preferences"))
 
 
+def kept_trajectory_ids(out: str | Path) -> list[str]:
+    """Ids of the rollouts the consistency filter kept (`consistency` table, `kept`); an OUT
+    written without `consistency.enabled` has no such table (`OutputUnreadable`)."""
+    files = listed_shards(out, "consistency")
+    table = pa.concat_tables(pq.read_table(f, columns=["trajectory_id", "kept"]) for f in files)
+    return table.filter(table.column("kept")).column("trajectory_id").to_pylist()
+
+
 def load_sft(out: str | Path, tables: Sequence[str] = ("trajectories",), *,
-             successful_only: bool = True, streaming: bool = False,
+             successful_only: bool = True, kept_only: bool = False, streaming: bool = False,
              cache_dir: str | None = None) -> "Dataset | IterableDataset":
     """OUT's trajectories (and/or repairs) as a TRL conversational language-modelling dataset:
     `messages` and `tools`, plus the contract's other columns. `successful_only` drops
@@ -168,13 +176,18 @@ def load_sft(out: str | Path, tables: Sequence[str] = ("trajectories",), *,
     Loss masking: `SFTConfig(assistant_only_loss=True)` trains the assistant turns only (TRL
     swaps in its `qwen2_5_training.jinja`), as this project's losses train REASON + ACT and
     never OBS or PROMPT. A repair's wrong call is an assistant turn too, so TRL trains it,
-    while the project's trainer keeps it as context without loss (span kind ERROR)."""
+    while the project's trainer keeps it as context without loss (span kind ERROR).
+
+    `kept_only` (an OUT written with `consistency.enabled`): only the rollouts the
+    consistency filter kept, and only repairs of kept rollouts."""
     tables = _check_names(tables, SFT_TABLES, "unknown SFT tables")
     filters = [("task", "!=", "")]  # a task that never generated has no messages
     if successful_only:
         filters.append(("success", "=", True))
-    parts = [_load(listed_shards(out, table), table, filters, streaming, cache_dir)
-             for table in tables]
+    kept = kept_trajectory_ids(out) if kept_only else None
+    parts = [_load(listed_shards(out, table), table, filters + (
+        [("id" if table == "trajectories" else "source_id", "in", kept)] if kept_only else []),
+        streaming, cache_dir) for table in tables]
     if len(parts) == 1:
         return parts[0]
     from datasets import concatenate_datasets

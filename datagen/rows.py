@@ -60,6 +60,16 @@ REPAIR_SCHEMA = pa.schema(list(TRAJECTORY_SCHEMA) + [
     pa.field("source_id", pa.string()), pa.field("error_step", pa.int16()),
     pa.field("critique", pa.string()),
 ])
+# Consistency filter (issue 18): one row per rollout, keyed by `trajectory_id`, in a side
+# table rather than as columns of `trajectories` (why: datagen/pipeline/stages/consistency.py).
+CONSISTENCY_SCHEMA = pa.schema([
+    ("trajectory_id", pa.string()), ("task_id", pa.string()), ("env", pa.string()),
+    ("sample", pa.int16()), ("k", pa.int16()), ("outcome", pa.string()),
+    ("votes", pa.int16()), ("agreement", pa.float32()), ("in_majority", pa.bool_()),
+    ("falsifier", pa.string()), ("falsified", pa.bool_()), ("falsify_step", pa.int16()),
+    ("falsify_kind", pa.string()), ("falsify_reason", pa.string()),
+    ("confidence", pa.float32()), ("kept", pa.bool_()), ("error", pa.string()),
+])
 TOKEN_FIELDS = [pa.field("input_ids", pa.list_(pa.int32())),
                 pa.field("span_ids", pa.list_(pa.int8()))]
 # LLM teachers (datagen/teachers/trace.py): per-token top-k aligned with input_ids (an empty

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from datagen.config import GenerateConfig
 from datagen.envs import import_modules
+from datagen.pipeline.consistency import rollout_samples
 from datagen.pipeline.shards import ChunkRecord, ShardStore
 from datagen.pipeline.storage import is_uri
 from datagen.pipeline.stages.base import Stage, StageContext, configured_stages, tables_of
@@ -137,6 +138,11 @@ class ChunkProcessor:
     def _rollout_slice(self, start: int, stop: int) -> list[Trajectory]:
         items = self.source.generate(start, stop, self.envs)
         tasks = [item for item in items if isinstance(item, Task)]
+        if self.config.consistency.enabled:  # k rollouts per task, consecutive (issue 18)
+            groups = iter(rollout_samples(self.teacher, tasks, self.envs, self.config.round,
+                                          self.config.consistency.k))
+            return [traj for item in items for traj in
+                    (next(groups) if isinstance(item, Task) else [self._task_failure(item)])]
         done = iter(self.teacher.rollout_batch(tasks, self.envs, self.config.round))
         return [next(done) if isinstance(item, Task) else self._task_failure(item)
                 for item in items]

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from mutators import Rejected
 
 _BUILTIN_MODULES = ("datagen.pipeline.stages.trajectories", "datagen.pipeline.stages.negatives",
-                    "datagen.pipeline.stages.critics")
+                    "datagen.pipeline.stages.critics", "datagen.pipeline.stages.consistency")
 
 
 @dataclass(frozen=True)
