@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -54,7 +55,8 @@ class TreeRss:
         self.peak = 0
         self.peak_pipeline = 0  # the driver plus the ray::ChunkWorker processes alone
         self.pids: set[int] = set()
-        self._is_worker: dict[int, bool] = {}  # every process seen, so a kill can reach stragglers
+        self._is_worker: dict[int, bool] = {}
+        self._ticks = 0  # every process seen, so a kill can reach stragglers
         self._root = psutil.Process(pid)
         self._period = period
         self._stop = threading.Event()
@@ -69,13 +71,14 @@ class TreeRss:
         for proc in procs:
             try:
                 rss = proc.memory_info().rss
-                if proc.pid not in self._is_worker:  # a command line is read once per process
+                if not self._is_worker.get(proc.pid) and self._ticks % 5 == 0:
+                    # a Ray worker starts as ray::IDLE and takes its actor's name later
                     self._is_worker[proc.pid] = "ChunkWorker" in " ".join(proc.cmdline())
                 self.pids.add(proc.pid)
             except psutil.Error:
                 continue
             total += rss
-            if proc.pid == self._root.pid or self._is_worker[proc.pid]:
+            if proc.pid == self._root.pid or self._is_worker.get(proc.pid):
                 pipeline += rss
         return total, pipeline
 
@@ -84,6 +87,7 @@ class TreeRss:
             total, pipeline = self._sample()
             self.peak = max(self.peak, total)
             self.peak_pipeline = max(self.peak_pipeline, pipeline)
+            self._ticks += 1
             time.sleep(self._period)
 
     def __enter__(self) -> "TreeRss":
@@ -162,6 +166,13 @@ def _process(pid: int) -> psutil.Process | None:
         return psutil.Process(pid)
     except psutil.Error:
         return None
+
+
+def chunk_cpu_seconds(log: Path) -> float | None:
+    """Worker CPU seconds of the last run in `log`, from the line `datagen generate` ends with
+    ("chunk CPU time (46.7 worker-s): ..."); less sensitive to other load than wall time."""
+    found = re.findall(r"chunk CPU time \(([\d.]+) worker-s\)", log.read_text(errors="replace"))
+    return float(found[-1]) if found else None
 
 
 def verify(out: Path) -> dict:
@@ -288,6 +299,11 @@ def summary_markdown(report: dict) -> str:
         f"| time for {a['project']:,} at the rerun's rate | {report['projected_hours']:.1f} h "
         f"(linear extrapolation, start-up included) |",
     ]
+    if "traj_per_cpu_s" in report:
+        lines.append(f"| chunk CPU (rerun) | {report['traj_per_cpu_s']:.0f} traj per worker "
+                     f"CPU-second: {a['project']:,} = {report['projected_cpu_hours']:.1f} CPU-h, "
+                     f"{report['projected_cpu_hours'] / report['cores']:.1f} h on "
+                     f"{report['cores']} free cores |")
     if "compact_opens_as_dpo" in rb:
         c = rb["compact_opens_as_dpo"]
         lines.append(f"| compact opens via `load_preferences` | {'yes' if c['ok'] else 'NO'} "
@@ -344,6 +360,11 @@ def main(argv: list[str] | None = None) -> int:
         rerun_rate = report["rows_redone"] / rerun["wall_s"]  # uninterrupted, Ray start-up in
         report.update(generate_wall_s=round(wall, 1), traj_per_s=args.n / wall,
                       rerun_traj_per_s=rerun_rate, projected_hours=args.project / rerun_rate / 3600)
+        cpu = chunk_cpu_seconds(log)
+        if cpu:
+            per_cpu_s = report["rows_redone"] / cpu
+            report.update(traj_per_cpu_s=per_cpu_s, cores=os.cpu_count(),
+                          projected_cpu_hours=args.project / per_cpu_s / 3600)
         report["verify"] = verify(args.out)
         report["ids"] = unique_ids(args.out, args.n)
         report["bytes"] = table_bytes(args.out, args.n, args.project)
