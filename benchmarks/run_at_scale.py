@@ -143,7 +143,8 @@ def run_generate(args: argparse.Namespace, kill_after: int | None, log: Path) ->
         _reap(rss.pids - {proc.pid})
     return {"wall_s": round(wall, 1), "rc": proc.returncode, "killed": killed,
             "peak_rss_mib": round(rss.peak / 2**20),
-            "peak_rss_pipeline_mib": round(rss.peak_pipeline / 2**20), "chunks_committed": committed_chunks(args.out)}
+            "peak_rss_pipeline_mib": round(rss.peak_pipeline / 2**20),
+            "chunks_committed": committed_chunks(args.out)}
 
 
 def _reap(pids: set[int], grace: float = 10.0) -> None:
@@ -294,7 +295,8 @@ def summary_markdown(report: dict) -> str:
         f"| `pl.scan_parquet` filter + group-by | trajectories {rb['polars_trajectories_s']} s, "
         f"preferences {rb['polars_preferences_s']} s |",
         f"| `ray.data.read_parquet(...).count()` | trajectories {rb['ray_count_trajectories_s']} s "
-        f"(again {rb['ray_count_trajectories_again_s']} s; {rb['ray_trajectories']:,} rows), preferences {rb['ray_count_preferences_s']} s "
+        f"(again {rb['ray_count_trajectories_again_s']} s; {rb['ray_trajectories']:,} rows), "
+        f"preferences {rb['ray_count_preferences_s']} s "
         f"({rb['ray_preferences']:,}); `ray.init` {rb['ray_init_s']} s |",
         f"| time for {a['project']:,} at the rerun's rate | {report['projected_hours']:.1f} h "
         f"(linear extrapolation, start-up included) |",
@@ -344,10 +346,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     kill_after = min(max(1, round(chunks * args.kill_at)), chunks - 1)
     log = args.out.parent / f"{args.out.name}.generate.log"
-    report: dict = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+    arguments = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    report: dict = {"args": arguments,
                     "chunks": chunks, "load_before": load_average(), "log": str(log)}
     try:
         first = run_generate(args, kill_after, log)
+        if not first["killed"] or first["chunks_committed"] >= chunks:
+            print(f"the first run ended before it could be killed part way ({first}); use "
+                  "more chunks or a smaller --kill-at", file=sys.stderr)
+            return 1
         report.update(first_run=first, chunks_redone=chunks - first["chunks_committed"],
                       rows_redone=uncommitted_rows(args.out, args.n, args.chunk_size))
         rerun = run_generate(args, None, log)
