@@ -8,8 +8,8 @@ Steps, each timed:
      local Ray (or `--address`), in its own process group; the summed RSS of that group's
      whole process tree (driver, Ray's own processes, chunk workers) is sampled every 200 ms;
   2. once `--kill-at` of the chunks are committed (markers in OUT/_chunks), the driver's
-     process group is SIGKILLed (Ray's processes die with their parent); the same command is
-     rerun to the end: its wall time and the chunks it had to redo;
+     process group and every process of its tree are SIGKILLed (a lost machine); the same
+     command is rerun to the end: its wall time and the chunks it had to redo;
   3. `datagen verify OUT` (manifest counts, sha256 of every shard) and exactly N unique ids;
   4. bytes per trajectory per table and in all, extrapolated linearly to `--project` (5M);
   5. lazy read-back, timed: `pl.scan_parquet` with a filter and a group-by over trajectories
@@ -148,18 +148,16 @@ def run_generate(args: argparse.Namespace, kill_after: int | None, log: Path) ->
 
 
 def _reap(pids: set[int], grace: float = 10.0) -> None:
-    """Ray's processes die with their parent (kernel fate-sharing); wait for that and kill by
-    pid whatever of this run's tree outlives it, so the rerun starts on a clean machine."""
-    deadline = time.monotonic() + grace
+    """SIGKILL, by pid, every process of this run's tree that is not in the driver's group
+    (Ray's workers may sit in their own group; left alone they would finish and commit a chunk
+    or two before they notice the raylet is gone), then wait until they are gone."""
     alive = [p for p in (_process(pid) for pid in pids) if p is not None]
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        time.sleep(0.2)
     for proc in alive:
         try:
             proc.kill()
         except psutil.Error:
             pass
+    psutil.wait_procs(alive, timeout=grace)
 
 
 def _process(pid: int) -> psutil.Process | None:
