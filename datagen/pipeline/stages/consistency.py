@@ -33,7 +33,7 @@ from datagen.pipeline.stages.base import (Stage, StageBatch, StageContext, Stage
                                           register_stage)
 from datagen.rows import CONSISTENCY_SCHEMA
 from datagen.scorers import ConfidenceScorer, make_scorer
-from datagen.teachers import EnvPool, make_teacher
+from datagen.teachers import EnvPool
 from datagen.teachers.base import describe_exception
 from datagen.types import Trajectory
 
@@ -246,17 +246,8 @@ def filter_figures(consistency: pl.DataFrame, trajectories: pl.DataFrame) -> pl.
 def _llm_falsifier(config: GenerateConfig, context: StageContext) -> LLMFalsifier:
     """The critics' model (critics.llm, else the run's hf/openai teacher) as a falsifier."""
     from critics.falsify import FALSIFY_SYSTEM_PROMPT, LLMFalsifier
-    from datagen.teachers.completion import BackendCompleter
+    from datagen.pipeline.stages.critics import critic_completer
 
-    critics = config.critics
-    if critics.llm is not None:
-        section = critics.llm
-        backend = make_teacher(critics.llm, work_dir=context.out or None).backend
-    elif hasattr(context.teacher, "backend"):
-        section, backend = context.teacher.config, context.teacher.backend
-    else:
-        raise ValueError("consistency.falsify 'critic' needs critics.llm or an hf/openai teacher")
-    return LLMFalsifier(BackendCompleter(backend, section.sampling.max_tokens_per_turn,
+    return LLMFalsifier(critic_completer(config.critics, context.teacher, context.out or None,
                                          FALSIFY_SYSTEM_PROMPT,
-                                         section.episode.max_concurrent_episodes,
-                                         section.episode.max_total_tokens))
+                                         need="consistency.falsify 'critic'"))

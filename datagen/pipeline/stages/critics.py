@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the critics pull in jsonschema and the mutators: imported w
     from critics.critique import Critic, Critique, CritiqueRequest
     from critics.repair import Repair
     from datagen.pipeline.inspect import DatasetView
+    from datagen.teachers.completion import BackendCompleter
     from mutators import Rejected
 
 
@@ -41,6 +42,16 @@ def make_critic(config: CriticsConfig, teacher: Teacher | None = None,
 
         return rule_critic
     from critics.llm_critic import CRITIC_SYSTEM_PROMPT, LLMCritic
+
+    return LLMCritic(critic_completer(config, teacher, work_dir, CRITIC_SYSTEM_PROMPT,
+                                      need="critics.backend 'llm'"))
+
+
+def critic_completer(config: CriticsConfig, teacher: Teacher | None, work_dir: str | None,
+                     system_prompt: str, need: str) -> BackendCompleter:
+    """The critics' model as a completer with its own system prompt: `config.llm`'s model,
+    else the run's in-process LLM teacher (its loaded model is shared). `need` names the
+    setting that asked for it, for the error when there is neither."""
     from datagen.teachers.completion import BackendCompleter
 
     if config.llm is not None:
@@ -48,11 +59,10 @@ def make_critic(config: CriticsConfig, teacher: Teacher | None = None,
     elif teacher is not None and hasattr(teacher, "backend"):
         section, backend = teacher.config, teacher.backend
     else:
-        raise ValueError("critics.backend 'llm' needs critics.llm or an hf/openai teacher")
-    return LLMCritic(BackendCompleter(backend, section.sampling.max_tokens_per_turn,
-                                      CRITIC_SYSTEM_PROMPT,
-                                      section.episode.max_concurrent_episodes,
-                                      section.episode.max_total_tokens))
+        raise ValueError(f"{need} needs critics.llm or an hf/openai teacher")
+    return BackendCompleter(backend, section.sampling.max_tokens_per_turn, system_prompt,
+                            section.episode.max_concurrent_episodes,
+                            section.episode.max_total_tokens)
 
 
 @register_stage
