@@ -81,11 +81,13 @@ class Pairs:
 
 
 def plan_pair_batches(n_tokens: np.ndarray, pairs_per_batch: int, seed: int) -> list[np.ndarray]:
-    """Pair indices of each batch: length-sorted runs, shuffled. Deterministic in (inputs, seed)."""
+    """Pair indices of each batch: length-sorted runs, shuffled, a short run (fewer than
+    `pairs_per_batch` pairs: the pool's remainder) last. Deterministic in (inputs, seed)."""
     order = np.argsort(n_tokens, kind="stable")
     runs = [order[i:i + pairs_per_batch] for i in range(0, len(order), pairs_per_batch)]
+    short = runs.pop() if runs and len(runs[-1]) < pairs_per_batch else None
     shuffle = np.random.default_rng([seed, len(n_tokens), int(n_tokens.sum())]).permutation(len(runs))
-    return [runs[i] for i in shuffle]
+    return [runs[i] for i in shuffle] + ([short] if short is not None else [])
 
 
 def _offsets(counts: np.ndarray) -> pa.Array:

@@ -26,6 +26,9 @@ from tests.datagen.teachers.fault_server import FaultServer, ScriptedAgent
 from tests.datagen.teachers.helpers import make_tasks
 from tests.datagen.teachers.leaks import everything_under, leaks
 
+# Sections left out of the public dump at their defaults, so older OUTs keep their fingerprint.
+AT_DEFAULT_LEFT_OUT = {"preferences", "consistency", "round"}
+
 PASSWORD = "pw-7Hq2xLm9Zt4Kc8Rv"
 BODY_KEY = "sk-body-3Nf8Wq1Ys6Jd0Pa5"
 R = "[redacted]"
@@ -90,8 +93,9 @@ def test_public_dump_redacts_and_keeps_the_rest():
                                     "token": None}
     assert openai["api_key_env"] == "MY_KEY", "the variable's name is no secret"
     assert leaks(PASSWORD, json.dumps(dump)) == [] and leaks(BODY_KEY, json.dumps(dump)) == []
-    # (`preferences` and `round` are left out at their defaults: see the fingerprint test below)
-    raw = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS | {"preferences", "round"})
+    # (`preferences`, `consistency` and `round` are left out at their defaults: see the
+    # fingerprint test below)
+    raw = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS | AT_DEFAULT_LEFT_OUT)
     assert {k: v for k, v in dump.items() if k != "teacher"} == {
         k: v for k, v in raw.items() if k != "teacher"}
 
@@ -103,10 +107,10 @@ def test_fingerprint_ignores_credentials_and_is_unchanged_without_them():
     assert fingerprint(one) == fingerprint(other), "a rotated password is the same data"
     assert fingerprint(one) != fingerprint(elsewhere), "another endpoint is not"
     # the hash of a password-free config is what it was before redaction existed (and before
-    # the `preferences` section and the `round` field, left out at their defaults): OUTs that
-    # older runs wrote resume
+    # the `preferences` and `consistency` sections and the `round` field, left out at their
+    # defaults): OUTs that older runs wrote resume
     for config in (load_config("configs/demo.yaml"), _openai_config("http://h:1/v1")):
-        payload = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS | {"preferences", "round"})
+        payload = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS | AT_DEFAULT_LEFT_OUT)
         before = hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS))
         assert fingerprint(config) == before.hexdigest()[:16]
 

@@ -130,9 +130,10 @@ def test_the_pair_stream_holds_every_pair_once_and_counts_drops(ray_head, pipeli
     wanted = table.filter(pc.is_in(table.column("source"), pa.array(["repair", "safety"])))
     assert info["pairs_per_source"] == {
         s: int(pc.sum(pc.equal(wanted.column("source"), s)).as_py()) for s in ("repair", "safety")}
-    seen, dropped = [], 0
+    seen, dropped, sizes = [], 0, []
     for row in dataset.iter_batches(batch_size=1, batch_format="numpy"):
         pairs = Pairs.from_batch_row(row)
+        sizes.append(len(pairs))
         assert 1 <= len(pairs) <= 3 and set(pairs.sources) <= {"repair", "safety"}
         for p, c, r in zip(pairs.prompt_ids, pairs.chosen_ids, pairs.rejected_ids):
             assert len(c) and len(r) and len(p) + max(len(c), len(r)) <= 1024
@@ -140,6 +141,9 @@ def test_the_pair_stream_holds_every_pair_once_and_counts_drops(ray_head, pipeli
         dropped += pairs.too_long + pairs.empty
     assert len(seen) == len(set(seen)) and set(seen) <= set(wanted.column("id").to_pylist())
     assert len(seen) + dropped == wanted.num_rows and dropped > 0  # 1024 tokens drops some
+    # pools are cut after the drops: a short batch is a block's last (one per shard at most)
+    shards = len(list((pipeline_out / "preferences").glob("part-*.parquet")))
+    assert sum(size < 3 for size in sizes) <= shards
 
 
 def test_pools_mix_the_whole_shard_not_its_first_rows(pipeline_out, trainer_tokenizer, tmp_path):

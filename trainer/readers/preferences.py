@@ -156,9 +156,9 @@ def shuffled_pairs(table: pa.Table, settings: PairSettings) -> pa.Table:
     return table.take(pa.array(order, pa.int64()))
 
 
-def _pool_pairs(pool: pa.Table, tokenizer: tokens.TextTokenizer, settings: PairSettings,
+def _kept_pairs(table: pa.Table, tokenizer: tokens.TextTokenizer, settings: PairSettings,
                 ) -> TokenisedPairs:
-    tokenised = tokenize_pairs(pool, tokenizer, settings.max_seq_len)
+    tokenised = tokenize_pairs(table, tokenizer, settings.max_seq_len)
     pairs = tokenised.table
     if settings.reference_dir is not None and pairs.num_rows:
         pairs = attach_reference(pairs, settings.reference_dir)
@@ -169,29 +169,18 @@ def _pool_pairs(pool: pa.Table, tokenizer: tokens.TextTokenizer, settings: PairS
 
 def training_pair_batches(table: pa.Table, settings: PairSettings) -> pa.Table:
     """Ray Data stage of the DPO feed: a block of preference rows -> its micro-batches.
-    The block's rows are shuffled (`shuffled_pairs`), cut into pools of
-    `pairs_per_batch * bucket_pool_batches` rows, and each pool length-bucketed into
-    micro-batches. A pool whose pairs are all dropped has no batch to carry its counts:
-    they go to the batches of a neighbouring pool of the block, so every drop is counted
-    (unless no pair of the whole block fits)."""
+    The block's rows are shuffled (`shuffled_pairs`) and tokenised; the pairs that fit are
+    cut into pools of `pairs_per_batch * bucket_pool_batches` and each pool length-bucketed
+    into micro-batches. Pools are cut after the drops (too long, empty), so only the block's
+    last pool can hold a short batch (and `plan_pair_batches` puts it last); the block's
+    drops are counted on its first batch (none carries them if no pair of the block fits)."""
     tokenizer = tokens.load_tokenizer(settings.tokenizer)
-    table = shuffled_pairs(table, settings)
+    kept = _kept_pairs(shuffled_pairs(table, settings), tokenizer, settings)
     size = settings.pairs_per_batch * settings.bucket_pool_batches
-    pools: list[TokenisedPairs] = []
-    carried = (0, 0)
-    for start in range(0, table.num_rows, size):
-        pool = _pool_pairs(table.slice(start, size), tokenizer, settings)
-        pool.too_long, pool.empty = pool.too_long + carried[0], pool.empty + carried[1]
-        if pool.table.num_rows:
-            pools.append(pool)
-            carried = (0, 0)
-        elif pools:
-            pools[-1].too_long, pools[-1].empty = (pools[-1].too_long + pool.too_long,
-                                                   pools[-1].empty + pool.empty)
-        else:
-            carried = (pool.too_long, pool.empty)
-    batches = [pair_batches.compose_pairs(pool.table, settings.pairs_per_batch, settings.seed,
-                                          pool.too_long, pool.empty) for pool in pools]
+    batches = [pair_batches.compose_pairs(kept.table.slice(start, size),
+                                          settings.pairs_per_batch, settings.seed,
+                                          *((kept.too_long, kept.empty) if start == 0 else (0, 0)))
+               for start in range(0, kept.table.num_rows, size)]
     return pa.concat_tables(batches) if batches else pair_batches.compose_pairs(
         pair_batches.PAIR_SCHEMA.empty_table(), settings.pairs_per_batch, settings.seed)
 
