@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_teachers.py --backend openai-fake  # loopback fake, 0.5 s/turn
     .venv/bin/python benchmarks/bench_teachers.py --backend openai-vllm  # loopback vLLM, tiny model
     .venv/bin/python benchmarks/bench_teachers.py --backend hf           # Transformers, tiny model
+    .venv/bin/python benchmarks/bench_teachers.py --backend vllm         # in-process engine actor
 
 Reports episodes/s, generated tokens/s, mean turns, and three overhead figures:
 - `no model call in flight`: share of the rollout's wall time during which not one turn was
@@ -16,9 +17,11 @@ Reports episodes/s, generated tokens/s, mean turns, and three overhead figures:
 
 `openai-fake` answers with `ScriptedAgent` (the gold solution; a fake teacher, not a model) after
 `--latency` seconds, so episodes run their full length through the real HTTP client and the
-real environments: it isolates the pipeline's own cost. `openai-vllm` and `hf` use the tiny
-random Qwen2 (turns are noise and end early): figures for the protocol and the batching, not
-for a real model.
+real environments: it isolates the pipeline's own cost. `openai-vllm`, `vllm` and `hf` use the
+tiny random Qwen2 (turns are noise and end early): figures for the protocol and the batching,
+not for a real model. `vllm` runs its episodes inside a Ray engine actor, where the driver
+cannot clock the model calls: its two in-flight figures are left out (n/a).
+`bench_teacher_ratio.py` replays a run's turns through the bare engine (issue 16).
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import orjson
 import pyarrow.parquet as pq
@@ -56,11 +61,15 @@ def timed(obj, name: str, totals: dict[str, float], key: str | None = None) -> N
 
 
 class ModelClock:
-    """Wraps a backend's `generate` to measure wall time with no model call in flight."""
+    """Wraps a backend's `generate` to measure wall time with no model call in flight
+    (`backend` None: a backend in another process; only the rollout's wall time is kept)."""
 
-    def __init__(self, backend: TurnBackend) -> None:
+    def __init__(self, backend: TurnBackend | None) -> None:
         self.in_flight, self.idle, self.since = 0, 0.0, None
         self.started = self.stopped = 0.0
+        self.clocked = backend is not None
+        if backend is None:
+            return
         original = backend.generate
 
         async def generate(request):
@@ -90,16 +99,22 @@ class ModelClock:
             self.since = time.perf_counter()
 
     def idle_share(self) -> float:
+        if not self.clocked:
+            return float("nan")
         return self.idle / max(self.stopped - self.started, 1e-9)
 
 
 def teacher_section(args, model: Path | None, base_url: str | None) -> dict:
     episode = {"max_turns": 12, "max_total_tokens": 4000,
                "max_concurrent_episodes": args.concurrency}
+    sampling = {"max_tokens_per_turn": args.max_tokens, "logprobs": 5}
     if args.backend == "hf":
         return {"backend": "hf", "hf": {"model": str(model), "max_batch_size": args.concurrency},
-                "sampling": {"max_tokens_per_turn": args.max_tokens, "logprobs": 5},
-                "episode": episode}
+                "sampling": sampling, "episode": episode}
+    if args.backend == "vllm":  # the tiny CPU engine as configs/teacher_vllm_tiny_cpu.yaml
+        return {"backend": "vllm", "sampling": sampling, "episode": episode,
+                "vllm": {"model": str(model), "num_gpus": 0, "dtype": "float32",
+                         "max_model_len": 4096, "enforce_eager": True, "cpu_kv_cache_gib": 1}}
     openai = {"base_url": base_url, "model": str(model) if model else "fake", "cache": False,
               "initial_concurrency": args.concurrency, "max_concurrency": 4 * args.concurrency}
     if args.backend == "openai-vllm":
@@ -114,7 +129,7 @@ def run_chunk(args, teacher: dict, out: Path) -> dict:
                             chunk_size=args.episodes, envs=[{"name": e} for e in args.envs],
                             teacher=teacher, progress=False)
     processor = ChunkProcessor(config)
-    clock = ModelClock(processor.teacher.backend)
+    clock = ModelClock(getattr(processor.teacher, "backend", None))
     chunk = plan_chunks(config)[0]
     original_rollout = processor.rollout
 
@@ -133,6 +148,7 @@ def run_chunk(args, teacher: dict, out: Path) -> dict:
     wall = time.perf_counter() - started
     metas = [orjson.loads(m) for m in pq.read_table(out / "trajectories",
                                                     columns=["teacher_meta"]).column(0).to_pylist()]
+    clocked = clock.clocked  # a remote backend's model_s is not comparable to the driver's wall
     rollout_s = clock.stopped - clock.started
     return {"episodes": len(metas), "wall": wall, "rollout": rollout_s,
             "tokens": sum(m["completion_tokens"] for m in metas),
@@ -140,8 +156,8 @@ def run_chunk(args, teacher: dict, out: Path) -> dict:
             "idle": clock.idle_share(), "rows": stages.get("trajectories", 0.0) / wall,
             "negatives": stages.get("negatives", 0.0) / wall,
             "outside": sum(1 - m["model_s"] / max(m["latency_s"], 1e-9)
-                           for m in metas) / len(metas),
-            "post": (wall - rollout_s) / wall, "record": record}
+                           for m in metas) / len(metas) if clocked else float("nan"),
+            "post": (wall - rollout_s) / wall, "record": record, "processor": processor}
 
 
 def report(args, result: dict) -> None:
@@ -159,9 +175,10 @@ def report(args, result: dict) -> None:
           f"Parquet + rest {100 * (result['post'] - result['rows'] - result['negatives']):.2f}%")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=["openai-fake", "openai-vllm", "hf"],
+def parse_args(argv: list[str] | None = None,
+               parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    parser = parser or argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=["openai-fake", "openai-vllm", "hf", "vllm"],
                         default="openai-fake")
     parser.add_argument("--episodes", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=64)
@@ -169,34 +186,59 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--envs", nargs="+", default=list(DEFAULT_ENVS))
     parser.add_argument("--model", default="runs/tiny-qwen2", help="tiny model dir (built if "
-                        "missing) for openai-vllm and hf")
-    args = parser.parse_args(argv)
+                        "missing) for openai-vllm, vllm and hf")
+    return parser.parse_args(argv)
+
+
+def tiny_model(args) -> Path | None:
+    """The model directory the backend loads (built when missing); None for the fake."""
     model = Path(args.model) if args.backend != "openai-fake" else None
     if model is not None and not (model / "config.json").exists():
         from scripts.make_tiny_model import make_tiny_model
 
         make_tiny_model(model)
-    out = Path(tempfile.mkdtemp(prefix="bench-teachers-"))
+    return model
+
+
+@contextmanager
+def serving(args, model: Path | None) -> Iterator[str | None]:
+    """What the backend talks to, for the duration: a loopback server for openai-* (yields
+    its base_url) or a local Ray for vllm (the engine actor lives there)."""
     server = None
     try:
-        base_url = None
         if args.backend == "openai-fake":
             from tests.datagen.teachers.fault_server import FaultServer, ScriptedAgent
             from tests.datagen.teachers.helpers import make_tasks
 
             tasks = make_tasks(args.episodes, envs=tuple(args.envs))
             server = FaultServer(ScriptedAgent(tasks), latency_s=args.latency).start()
-            base_url = server.base_url
         elif args.backend == "openai-vllm":
             from tests.datagen.teachers.vllm_server import VLLMServer
 
             server = VLLMServer(model)
             server.wait_ready()
-            base_url = server.base_url
-        report(args, run_chunk(args, teacher_section(args, model, base_url), out))
+        elif args.backend == "vllm":
+            import ray
+
+            ray.init(include_dashboard=False, log_to_driver=False)
+        yield server.base_url if server is not None else None
     finally:
         if server is not None:
             server.stop()
+        if args.backend == "vllm":
+            import ray
+
+            ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    model = tiny_model(args)
+    out = Path(tempfile.mkdtemp(prefix="bench-teachers-"))
+    try:
+        with serving(args, model) as base_url:
+            report(args, run_chunk(args, teacher_section(args, model, base_url), out))
+    finally:
         shutil.rmtree(out, ignore_errors=True)
     return 0
 

@@ -97,13 +97,16 @@ class VLLMBackend(TurnBackend):
 
             self.engine = AsyncLLM.from_engine_args(self.engine_args())
 
-    def sampling_params(self, max_tokens: int) -> Any:
+    def sampling_params(self, max_tokens: int, min_tokens: int = 0) -> Any:
+        """A turn's sampling; `min_tokens` holds back <|im_end|> and stops until that many
+        tokens (benchmarks/bench_teacher_ratio.py replays turns at their recorded length)."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
         sampling = self.sampling
         return SamplingParams(
-            max_tokens=max_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
+            max_tokens=max_tokens, min_tokens=min_tokens, temperature=sampling.temperature,
+            top_p=sampling.top_p,
             seed=sampling.seed, stop=sampling.stop or None, stop_token_ids=[self.im_end_id],
             logprobs=sampling.logprobs or None, logit_bias=sampling.logit_bias or None,
             skip_special_tokens=False, include_stop_str_in_output=True,
