@@ -181,12 +181,14 @@ def bare_hf(processor: Any, turns: list[Turn], concurrency: int) -> tuple[float,
 BARE = {"vllm": bare_vllm, "openai-vllm": bare_openai, "hf": bare_hf}
 
 
-def repetition(args, teacher: dict) -> dict[str, float]:
-    """A (the pipeline, one chunk) then B (its turns through the bare engine)."""
+def repetition(args, teacher: dict, teachers: list[Any]) -> dict[str, float]:
+    """A (the pipeline, one chunk) then B (its turns through the bare engine). The teachers
+    are kept in `teachers`: a vLLM engine actor lives as long as a handle to it does."""
     out = Path(tempfile.mkdtemp(prefix="bench-ratio-"))
     try:
         load_a = os.getloadavg()[0]
         result = run_chunk(args, teacher, out)
+        teachers.append(result["processor"].teacher)
         turns = recorded_turns(out)
         load_b = os.getloadavg()[0]
         bare_s, bare_tokens = BARE[args.backend](result["processor"], turns, args.concurrency)
@@ -207,12 +209,14 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):,.1f} ({min(values):,.1f}-{max(values):,.1f})"
 
 
+def show(label: str, rep: dict[str, float]) -> None:
+    print(f"{label}: {rep['episodes']} episodes, {rep['turns']} turns, {rep['tokens']} "
+          f"tokens | pipeline {rep['pipeline']:,.1f} tok/s (rollout {rep['rollout']:,.1f}) "
+          f"load {rep['load_a']:.1f} | bare {rep['bare']:,.1f} tok/s load {rep['load_b']:.1f} "
+          f"| ratio {rep['ratio']:.3f} (rollout {rep['ratio_rollout']:.3f})", flush=True)
+
+
 def report(args, reps: list[dict[str, float]]) -> None:
-    for i, rep in enumerate(reps, 1):
-        print(f"rep {i}: {rep['episodes']} episodes, {rep['turns']} turns, {rep['tokens']} "
-              f"tokens | pipeline {rep['pipeline']:,.1f} tok/s (rollout {rep['rollout']:,.1f}) "
-              f"load {rep['load_a']:.1f} | bare {rep['bare']:,.1f} tok/s load "
-              f"{rep['load_b']:.1f} | ratio {rep['ratio']:.3f} (rollout {rep['ratio_rollout']:.3f})")
     column = {key: [rep[key] for rep in reps] for key in reps[0]}
     print(f"backend={args.backend} concurrency={args.concurrency} episodes={args.episodes} "
           f"max_tokens={args.max_tokens} envs={','.join(args.envs)} reps={len(reps)} "
@@ -240,10 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     model = tiny_model(args)
     VLLMTeacher.engine_class = ReplayEngineActor  # the pipeline's own actor, plus `replay`
     with serving(args, model) as base_url:
-        teacher = teacher_section(args, model, base_url)
-        for _ in range(args.warmup):
-            repetition(args, teacher)
-        reps = [repetition(args, teacher) for _ in range(args.reps)]
+        teacher, teachers, reps = teacher_section(args, model, base_url), [], []
+        for i in range(args.warmup + args.reps):
+            rep = repetition(args, teacher, teachers)
+            show(f"warm-up {i + 1}" if i < args.warmup else f"rep {i - args.warmup + 1}", rep)
+            if i >= args.warmup:
+                reps.append(rep)
     report(args, reps)
     if args.json:
         Path(args.json).write_bytes(orjson.dumps({"args": vars(args), "reps": reps},
