@@ -174,7 +174,9 @@ def bare_hf(processor: Any, turns: list[Turn], concurrency: int) -> tuple[float,
             backend.model.generate(
                 input_ids=ids, attention_mask=mask, max_new_tokens=steps, min_new_tokens=steps,
                 do_sample=sampling.temperature > 0, temperature=sampling.temperature or None,
-                top_p=sampling.top_p, pad_token_id=backend.pad_id)
+                top_p=sampling.top_p, pad_token_id=backend.pad_id,
+                sequence_bias={(token,): bias for token, bias in sampling.logit_bias.items()}
+                or None)
     return time.perf_counter() - started, sum(t.generated for t in turns)
 
 
@@ -219,7 +221,8 @@ def show(label: str, rep: dict[str, float]) -> None:
 def report(args, reps: list[dict[str, float]]) -> None:
     column = {key: [rep[key] for rep in reps] for key in reps[0]}
     print(f"backend={args.backend} concurrency={args.concurrency} episodes={args.episodes} "
-          f"max_tokens={args.max_tokens} envs={','.join(args.envs)} reps={len(reps)} "
+          f"max_tokens={args.max_tokens} envs={','.join(args.envs)} chatty={args.chatty} "
+          f"reps={len(reps)} "
           f"(median, range)")
     print(f"  pipeline tokens/s, end to end   {spread(column['pipeline'])}")
     print(f"  pipeline tokens/s, rollout only {spread(column['rollout'])}")

@@ -108,6 +108,12 @@ def teacher_section(args, model: Path | None, base_url: str | None) -> dict:
     episode = {"max_turns": 12, "max_total_tokens": 4000,
                "max_concurrent_episodes": args.concurrency}
     sampling = {"max_tokens_per_turn": args.max_tokens, "logprobs": 5}
+    if args.chatty and model is not None:  # short turns with tool-call markers: many turns
+        from transformers import AutoTokenizer
+
+        from tests.datagen.teachers.helpers import chatty_bias
+
+        sampling["logit_bias"] = chatty_bias(AutoTokenizer.from_pretrained(model))
     if args.backend == "hf":
         return {"backend": "hf", "hf": {"model": str(model), "max_batch_size": args.concurrency},
                 "sampling": sampling, "episode": episode}
@@ -120,8 +126,7 @@ def teacher_section(args, model: Path | None, base_url: str | None) -> dict:
     if args.backend == "openai-vllm":
         openai.update(token_ids=True, tokenizer=str(model))
     return {"backend": "openai", "openai": openai, "episode": episode,
-            "sampling": {"max_tokens_per_turn": args.max_tokens,
-                         "logprobs": 5 if args.backend == "openai-vllm" else 0}}
+            "sampling": {**sampling, "logprobs": 5 if args.backend == "openai-vllm" else 0}}
 
 
 def run_chunk(args, teacher: dict, out: Path) -> dict:
@@ -187,6 +192,9 @@ def parse_args(argv: list[str] | None = None,
     parser.add_argument("--envs", nargs="+", default=list(DEFAULT_ENVS))
     parser.add_argument("--model", default="runs/tiny-qwen2", help="tiny model dir (built if "
                         "missing) for openai-vllm, vllm and hf")
+    parser.add_argument("--chatty", action="store_true", help="tiny model: bias <|im_end|> "
+                        "and the tool-call markers (the tests' chatty_bias), so turns end "
+                        "early, fail to parse and get feedback: episodes of several turns")
     return parser.parse_args(argv)
 
 
