@@ -20,8 +20,10 @@ A1 B1 A2 B2 ..., after one discarded warm-up repetition):
   `model.generate` loop over the same model object (left-padded batches of `--concurrency` in
   recorded order, no top-k: it does less work than the pipeline).
 
-Reported per arm: generated tokens / wall, A also over the rollout only; the ratio A / B per
-repetition, then median and range, with the 1-minute load average at each arm. The bare
+Reported per arm: generated tokens / wall, A also over the rollout only, and generated tokens
+per CPU second of this process and its descendants (engine, server, local Ray: other jobs on
+a shared machine move this far less than wall time); the ratios A / B per repetition, then
+median and range, with the 1-minute load average at each arm. The bare
 figure is an upper bound, not the same workload: B's requests are all known up front and
 none waits for an earlier turn, an environment step or a parse, while in A a turn's prompt
 exists only once the previous turn was generated, parsed and executed.
@@ -47,7 +49,8 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling bench_teachers
 
-from bench_teachers import parse_args, run_chunk, serving, teacher_section, tiny_model  # noqa: E402
+from bench_teachers import (parse_args, run_chunk, serving, teacher_section,  # noqa: E402
+                            tiny_model, tree_cpu_seconds)
 from datagen.teachers.vllm_engine import VLLMEngineActor, VLLMTeacher  # noqa: E402
 
 
@@ -192,8 +195,9 @@ def repetition(args, teacher: dict, teachers: list[Any]) -> dict[str, float]:
         result = run_chunk(args, teacher, out)
         teachers.append(result["processor"].teacher)
         turns = recorded_turns(out)
-        load_b = os.getloadavg()[0]
+        load_b, cpu_started = os.getloadavg()[0], tree_cpu_seconds()
         bare_s, bare_tokens = BARE[args.backend](result["processor"], turns, args.concurrency)
+        bare_cpu_s = tree_cpu_seconds() - cpu_started
     finally:
         shutil.rmtree(out, ignore_errors=True)
     generated = sum(turn.generated for turn in turns)
@@ -204,7 +208,9 @@ def repetition(args, teacher: dict, teachers: list[Any]) -> dict[str, float]:
     return {"episodes": result["episodes"], "turns": len(turns), "tokens": generated,
             "pipeline": pipeline, "rollout": result["tokens"] / result["rollout"],
             "bare": bare, "ratio": pipeline / bare, "ratio_rollout": result["tokens"]
-            / result["rollout"] / bare, "load_a": load_a, "load_b": load_b}
+            / result["rollout"] / bare, "load_a": load_a, "load_b": load_b,
+            "pipeline_cpu": result["tokens"] / result["cpu_s"], "bare_cpu": generated / bare_cpu_s,
+            "ratio_cpu": result["tokens"] / result["cpu_s"] / (generated / bare_cpu_s)}
 
 
 def spread(values: list[float]) -> str:
@@ -215,7 +221,9 @@ def show(label: str, rep: dict[str, float]) -> None:
     print(f"{label}: {rep['episodes']} episodes, {rep['turns']} turns, {rep['tokens']} "
           f"tokens | pipeline {rep['pipeline']:,.1f} tok/s (rollout {rep['rollout']:,.1f}) "
           f"load {rep['load_a']:.1f} | bare {rep['bare']:,.1f} tok/s load {rep['load_b']:.1f} "
-          f"| ratio {rep['ratio']:.3f} (rollout {rep['ratio_rollout']:.3f})", flush=True)
+          f"| ratio {rep['ratio']:.3f} (rollout {rep['ratio_rollout']:.3f}) | tokens per CPU-s "
+          f"{rep['pipeline_cpu']:,.1f} vs {rep['bare_cpu']:,.1f}: {rep['ratio_cpu']:.3f}",
+          flush=True)
 
 
 def report(args, reps: list[dict[str, float]]) -> None:
@@ -231,6 +239,10 @@ def report(args, reps: list[dict[str, float]]) -> None:
           f"({min(column['ratio']):.3f}-{max(column['ratio']):.3f})")
     print(f"  ratio, rollout only             {statistics.median(column['ratio_rollout']):.3f} "
           f"({min(column['ratio_rollout']):.3f}-{max(column['ratio_rollout']):.3f})")
+    print(f"  tokens per CPU second, pipeline {spread(column['pipeline_cpu'])}")
+    print(f"  tokens per CPU second, bare     {spread(column['bare_cpu'])}")
+    print(f"  ratio, per CPU second           {statistics.median(column['ratio_cpu']):.3f} "
+          f"({min(column['ratio_cpu']):.3f}-{max(column['ratio_cpu']):.3f})")
     print(f"  load average (1 min)            {spread(column['load_a'] + column['load_b'])}")
 
 

@@ -60,6 +60,22 @@ def timed(obj, name: str, totals: dict[str, float], key: str | None = None) -> N
     setattr(obj, name, wrapper)
 
 
+def tree_cpu_seconds() -> float:
+    """User + system CPU seconds so far of this process and its live descendants (a loopback
+    server and its engine, a local Ray and its workers): what a run costs in CPU, which other
+    jobs on a shared machine change far less than its wall time."""
+    import psutil
+
+    me, total = psutil.Process(), 0.0
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:  # exited meanwhile
+            continue
+        total += times.user + times.system
+    return total
+
+
 class ModelClock:
     """Wraps a backend's `generate` to measure wall time with no model call in flight
     (`backend` None: a backend in another process; only the rollout's wall time is kept)."""
@@ -148,9 +164,10 @@ def run_chunk(args, teacher: dict, out: Path) -> dict:
     stages: dict[str, float] = {}
     for stage in processor.stages:
         timed(stage, "run", stages, key=stage.name)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), tree_cpu_seconds()
     record = processor.process(chunk)
     wall = time.perf_counter() - started
+    cpu_s = tree_cpu_seconds() - cpu_started
     metas = [orjson.loads(m) for m in pq.read_table(out / "trajectories",
                                                     columns=["teacher_meta"]).column(0).to_pylist()]
     clocked = clock.clocked  # a remote backend's model_s is not comparable to the driver's wall
@@ -162,7 +179,8 @@ def run_chunk(args, teacher: dict, out: Path) -> dict:
             "negatives": stages.get("negatives", 0.0) / wall,
             "outside": sum(1 - m["model_s"] / max(m["latency_s"], 1e-9)
                            for m in metas) / len(metas) if clocked else float("nan"),
-            "post": (wall - rollout_s) / wall, "record": record, "processor": processor}
+            "post": (wall - rollout_s) / wall, "record": record, "processor": processor,
+            "cpu_s": cpu_s}
 
 
 def report(args, result: dict) -> None:
@@ -172,6 +190,8 @@ def report(args, result: dict) -> None:
     print(f"  chunk wall            {result['wall']:.2f} s (rollout {result['rollout']:.2f} s)")
     print(f"  episodes/s            {result['episodes'] / result['wall']:.2f}")
     print(f"  generated tokens/s    {result['tokens'] / result['rollout']:.1f} (rollout)")
+    print(f"  tokens per CPU second {result['tokens'] / result['cpu_s']:.1f} (this process "
+          f"and its descendants)")
     print(f"  mean turns            {result['turns']:.2f}")
     print(f"  no model call in flight  {100 * result['idle']:.2f}% of rollout wall")
     print(f"  episode outside model    {100 * result['outside']:.2f}% (mean per episode)")
