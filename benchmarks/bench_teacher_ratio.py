@@ -40,6 +40,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -158,9 +159,11 @@ def bare_openai(processor: Any, turns: list[Turn], concurrency: int) -> tuple[fl
     return asyncio.run(replay())
 
 
-def bare_hf(processor: Any, turns: list[Turn], concurrency: int) -> tuple[float, int]:
+def bare_hf(processor: Any, turns: list[Turn], concurrency: int,
+            cache: str | None = None) -> tuple[float, int]:
     """A plain batched `model.generate` loop (left padding, recorded order) on the same model;
-    a batch decodes to its longest turn, and only the recorded lengths count as generated."""
+    a batch decodes to its longest turn, and only the recorded lengths count as generated.
+    `cache` "static" asks generate for the preallocated KV cache the pipeline's loop uses."""
     import torch
 
     backend = processor.teacher.backend
@@ -179,7 +182,7 @@ def bare_hf(processor: Any, turns: list[Turn], concurrency: int) -> tuple[float,
                 do_sample=sampling.temperature > 0, temperature=sampling.temperature or None,
                 top_p=sampling.top_p, pad_token_id=backend.pad_id,
                 sequence_bias={(token,): bias for token, bias in sampling.logit_bias.items()}
-                or None)
+                or None, cache_implementation=cache)
     return time.perf_counter() - started, sum(t.generated for t in turns)
 
 
@@ -196,7 +199,10 @@ def repetition(args, teacher: dict, teachers: list[Any]) -> dict[str, float]:
         teachers.append(result["processor"].teacher)
         turns = recorded_turns(out)
         load_b, cpu_started = os.getloadavg()[0], tree_cpu_seconds()
-        bare_s, bare_tokens = BARE[args.backend](result["processor"], turns, args.concurrency)
+        replay = BARE[args.backend]
+        if args.generate_cache != "dynamic":
+            replay = partial(replay, cache=args.generate_cache)
+        bare_s, bare_tokens = replay(result["processor"], turns, args.concurrency)
         bare_cpu_s = tree_cpu_seconds() - cpu_started
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -228,7 +234,7 @@ def show(label: str, rep: dict[str, float]) -> None:
 
 def report(args, reps: list[dict[str, float]]) -> None:
     column = {key: [rep[key] for rep in reps] for key in reps[0]}
-    print(f"backend={args.backend} concurrency={args.concurrency} episodes={args.episodes} "
+    print(f"backend={args.backend} generate_cache={args.generate_cache} concurrency={args.concurrency} episodes={args.episodes} "
           f"max_tokens={args.max_tokens} envs={','.join(args.envs)} chatty={args.chatty} "
           f"reps={len(reps)} "
           f"(median, range)")
@@ -253,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="repetitions run and discarded")
     parser.add_argument("--json", help="also write the repetitions here")
+    parser.add_argument("--generate-cache", choices=["dynamic", "static"], default="dynamic",
+                        help="hf: the KV cache of the bare `model.generate` (dynamic: its "
+                        "default)")
     args = parse_args(argv, parser)
     if args.backend not in BARE:
         parser.error(f"--backend must be one of {sorted(BARE)} (a bare engine to compare with)")
