@@ -82,7 +82,7 @@ class ModelClock:
 
     def __init__(self, backend: TurnBackend | None) -> None:
         self.in_flight, self.idle, self.since = 0, 0.0, None
-        self.started = self.stopped = 0.0
+        self.started = self.stopped = self.changed = self.area = 0.0
         self.clocked = backend is not None
         if backend is None:
             return
@@ -97,22 +97,37 @@ class ModelClock:
         backend.generate = generate
 
     def start(self) -> None:
-        self.started = self.since = time.perf_counter()
+        self.started = self.since = self.changed = time.perf_counter()
+        self.area = 0.0  # integral of calls in flight over time: their mean is area / wall
 
     def stop(self) -> None:
         self.stopped = time.perf_counter()
+        self._count(self.stopped)
         if self.in_flight == 0 and self.since is not None:
             self.idle += self.stopped - self.since
 
+    def _count(self, now: float) -> None:
+        self.area += self.in_flight * (now - self.changed)
+        self.changed = now
+
     def _enter(self) -> None:
+        now = time.perf_counter()
+        self._count(now)
         if self.in_flight == 0 and self.since is not None:
-            self.idle += time.perf_counter() - self.since
+            self.idle += now - self.since
         self.in_flight += 1
 
     def _exit(self) -> None:
+        self._count(time.perf_counter())
         self.in_flight -= 1
         if self.in_flight == 0:
             self.since = time.perf_counter()
+
+    def mean_in_flight(self) -> float:
+        """Model calls in flight, averaged over the rollout (the batch the model saw)."""
+        if not self.clocked:
+            return float("nan")
+        return self.area / max(self.stopped - self.started, 1e-9)
 
     def idle_share(self) -> float:
         if not self.clocked:
@@ -175,7 +190,8 @@ def run_chunk(args, teacher: dict, out: Path) -> dict:
     return {"episodes": len(metas), "wall": wall, "rollout": rollout_s,
             "tokens": sum(m["completion_tokens"] for m in metas),
             "turns": sum(m["turns"] for m in metas) / len(metas),
-            "idle": clock.idle_share(), "rows": stages.get("trajectories", 0.0) / wall,
+            "idle": clock.idle_share(), "in_flight": clock.mean_in_flight(),
+            "rows": stages.get("trajectories", 0.0) / wall,
             "negatives": stages.get("negatives", 0.0) / wall,
             "outside": sum(1 - m["model_s"] / max(m["latency_s"], 1e-9)
                            for m in metas) / len(metas) if clocked else float("nan"),
@@ -194,6 +210,7 @@ def report(args, result: dict) -> None:
           f"and its descendants)")
     print(f"  mean turns            {result['turns']:.2f}")
     print(f"  no model call in flight  {100 * result['idle']:.2f}% of rollout wall")
+    print(f"  model calls in flight    {result['in_flight']:.1f} on average over the rollout")
     print(f"  episode outside model    {100 * result['outside']:.2f}% (mean per episode)")
     print(f"  after the rollout        {100 * result['post']:.2f}% of chunk wall: rows "
           f"{100 * result['rows']:.2f}%, negatives stage {100 * result['negatives']:.2f}%, "
