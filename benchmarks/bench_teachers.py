@@ -20,7 +20,8 @@ Reports episodes/s, generated tokens/s, mean turns, and three overhead figures:
 real environments: it isolates the pipeline's own cost. `openai-vllm`, `vllm` and `hf` use the
 tiny random Qwen2 (turns are noise and end early): figures for the protocol and the batching,
 not for a real model. `vllm` runs its episodes inside a Ray engine actor, where the driver
-cannot clock the model calls: its two in-flight figures are left out (n/a).
+cannot clock the model calls: its in-flight figures print as nan; its one chunk also includes
+the engine's start-up (bench_teacher_ratio.py discards a warm-up repetition instead).
 `bench_teacher_ratio.py` replays a run's turns through the bare engine (issue 16).
 """
 
