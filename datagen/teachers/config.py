@@ -138,11 +138,6 @@ class VLLMConfig(_Strict):
                                          "CPU build (GiB)")
     engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra "
                                           "AsyncEngineArgs fields")
-    swap_drain_timeout_s: float = Field(
-        300.0, gt=0, description="how long a weight swap (SyncedVLLMEngineActor.load_weights) "
-        "waits for the turns already in the engine; new turns wait meanwhile. Past it the "
-        "swap fails and the old weights keep serving: long stalls every episode behind one "
-        "slow turn, short fails swaps under long turns")
 
 
 class TeacherConfig(_Strict):

@@ -11,8 +11,8 @@ without restarting it, atomically per turn.
              Meta tensors") leaves a model that cannot run. So bad input is refused here,
              while the engine still serves the old weights untouched.
     drain    `WeightGate.swap`: new turns wait in the actor; the turns already in the
-             engine finish under the old weights (bounded: `swap_drain_timeout_s` or the
-             call's `drain_timeout_s`; past it SwapTimeout, nothing loaded)
+             engine finish under the old weights (bounded by the call's `drain_timeout_s`;
+             past it SwapTimeout, nothing loaded)
     load     `pause_generation(mode="wait")` (the engine-side fence: nothing is scheduled
              during the load), `collective_rpc("reload_weights", weights_path=DIR)` on every
              worker (each tensor-parallel rank takes its own shard), `reset_prefix_cache()`
@@ -64,6 +64,10 @@ from datagen.teachers.vllm_engine import VLLMEngineActor
 from datagen.teachers.weight_gate import SwapTimeout
 
 EMBEDDING, LM_HEAD = "model.embed_tokens.weight", "lm_head.weight"  # Qwen2/Llama checkpoint names
+# How long a swap waits for the turns already in the engine (new turns wait meanwhile). Long
+# stalls every episode behind one slow turn; short fails swaps under long turns. An argument,
+# not a config field: it does not change the data, so it stays out of the run's fingerprint.
+SWAP_DRAIN_TIMEOUT_S = 300.0
 
 
 class WeightsRejected(ValueError):
@@ -134,7 +138,8 @@ async def staged(weights: Iterable[tuple[str, Any]] | None, path: str | None, ti
 
 async def reload_paused(engine: Any, directory: Path, timeout_s: float) -> None:
     """Pause the (drained) engine, reload every worker from `directory`, drop the prefix
-    cache, resume - also when the pause times out or the load fails."""
+    cache, resume - also when the pause times out or the load fails. A failure before the
+    load leaves the old weights; one during it raises WeightLoadFailed."""
     try:
         try:
             await asyncio.wait_for(engine.pause_generation(mode="wait", clear_cache=False),
@@ -142,8 +147,12 @@ async def reload_paused(engine: Any, directory: Path, timeout_s: float) -> None:
         except asyncio.TimeoutError:  # requests that bypassed the gate are still running
             raise SwapTimeout(f"weight swap: the engine did not go idle in {timeout_s:.3g} s; "
                               f"nothing was loaded") from None
-        await engine.collective_rpc("reload_weights", kwargs={"weights_path": str(directory)})
-        await engine.reset_prefix_cache()
+        try:
+            await engine.collective_rpc("reload_weights",
+                                        kwargs={"weights_path": str(directory)})
+            await engine.reset_prefix_cache()  # failing, it could serve old-weight KV
+        except Exception as exc:
+            raise WeightLoadFailed(f"{type(exc).__name__}: {str(exc)[:300]}") from exc
     finally:
         await engine.resume_generation()
 
@@ -162,18 +171,17 @@ class SyncedVLLMEngineActor(VLLMEngineActor):
 
     async def load_weights(self, weights: list[tuple[str, Any]] | None = None,
                            path: str | None = None,
-                           drain_timeout_s: float | None = None) -> float:
+                           drain_timeout_s: float = SWAP_DRAIN_TIMEOUT_S) -> float:
         """Swap in `weights` or the safetensors in `path` (exactly one); returns the seconds
         it took, staging included. Raises WeightsRejected (engine untouched), SwapTimeout
         (turns did not drain in time; old weights serve) or WeightLoadFailed."""
         await self.backend.start()
         started, engine = time.perf_counter(), self.backend.engine
         tied = _ties_embeddings(engine)
-        timeout = drain_timeout_s if drain_timeout_s is not None \
-            else self.config.vllm.swap_drain_timeout_s
         async with staged(weights, path, tied) as (directory, shapes):
             self.check(str(path or "weights"), shapes, tied)
-            await self.backend.gate.swap(lambda left: self._reload(directory, left), timeout)
+            await self.backend.gate.swap(lambda left: self._reload(directory, left),
+                                         drain_timeout_s)
         return time.perf_counter() - started
 
     def check(self, source: str, shapes: dict[str, tuple[int, ...]], tied: bool) -> None:
@@ -188,11 +196,8 @@ class SyncedVLLMEngineActor(VLLMEngineActor):
         gate = self.backend.gate
         try:
             await reload_paused(self.backend.engine, directory, timeout_s)
-        except SwapTimeout:
-            raise
-        except Exception as exc:
+        except WeightLoadFailed as exc:
             gate.broken = (f"the weight load of version {gate.version + 1} failed inside vLLM "
-                           f"({type(exc).__name__}: {str(exc)[:300]}); the weights are "
-                           f"undefined until a load_weights succeeds")
+                           f"({exc}); the weights are undefined until a load_weights succeeds")
             raise WeightLoadFailed(gate.broken) from exc
         gate.broken = None

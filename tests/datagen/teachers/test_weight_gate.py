@@ -158,3 +158,52 @@ def test_turn_versions_reach_the_trajectory_meta():
     tally_without = Tally()
     tally_without.add(Generation(text="x"), request)
     assert tally_without.weights_versions == []
+
+
+class _RecordingEngine:
+    """The four AsyncLLM calls a reload makes, recorded; `stall` or `fail` one of them."""
+
+    def __init__(self, stall: str = "", fail: str = "") -> None:
+        self.calls: list[str] = []
+        self.stall, self.fail = stall, fail
+
+    async def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if name == self.stall:
+            await asyncio.sleep(10)
+        if name == self.fail:
+            raise RuntimeError(f"{name} broke")
+
+    async def pause_generation(self, mode: str, clear_cache: bool) -> None:
+        assert mode == "wait"
+        await self._call("pause")
+
+    async def collective_rpc(self, method: str, kwargs: dict) -> None:
+        await self._call(method)
+
+    async def reset_prefix_cache(self) -> None:
+        await self._call("reset_prefix_cache")
+
+    async def resume_generation(self) -> None:
+        await self._call("resume")
+
+
+@pytest.mark.parametrize("stall, fail, raised, calls", [
+    ("", "", None, ["pause", "reload_weights", "reset_prefix_cache", "resume"]),
+    ("pause", "", "SwapTimeout", ["pause", "resume"]),
+    ("", "reload_weights", "WeightLoadFailed", ["pause", "reload_weights", "resume"]),
+    ("", "reset_prefix_cache", "WeightLoadFailed",
+     ["pause", "reload_weights", "reset_prefix_cache", "resume"]),
+    ("", "pause", "RuntimeError", ["pause", "resume"]),
+])
+def test_a_reload_always_resumes_the_engine(tmp_path, stall, fail, raised, calls):
+    from datagen.teachers.vllm_weights import reload_paused
+
+    engine = _RecordingEngine(stall, fail)
+    if raised is None:
+        asyncio.run(reload_paused(engine, tmp_path, timeout_s=0.2))
+    else:
+        with pytest.raises(Exception) as caught:
+            asyncio.run(reload_paused(engine, tmp_path, timeout_s=0.2))
+        assert type(caught.value).__name__ == raised
+    assert engine.calls == calls
