@@ -175,7 +175,8 @@ class VLLMEngineActor:
 
     async def pause(self) -> None:
         """Stop the engine scheduling: turns already sent and new ones wait, frozen (vLLM's
-        "keep" mode), until `resume`. A restarted incarnation starts unpaused."""
+        "keep" mode), until `resume`. A restarted incarnation starts unpaused. A weight swap
+        meanwhile waits for the frozen turns: it times out unless `resume` comes first."""
         await self.backend.start()
         await self.backend.engine.pause_generation(mode="keep", clear_cache=False)
 
