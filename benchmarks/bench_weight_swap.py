@@ -45,7 +45,7 @@ def two_models(directory: Path) -> tuple[Path, list, list]:
     return first, list(state.items()), list(second.state_dict().items())
 
 
-def start_engine(model: Path, max_tokens: int):
+def start_engine(model: Path, max_tokens: int, chatty: bool):
     import ray
     from transformers import AutoTokenizer
 
@@ -57,8 +57,9 @@ def start_engine(model: Path, max_tokens: int):
         backend="vllm", name="swap-bench",
         vllm={"model": str(model), "num_gpus": 0, "dtype": "float32", "max_model_len": 4096,
               "enforce_eager": True, "cpu_kv_cache_gib": 1},
-        sampling={"max_tokens_per_turn": max_tokens, "temperature": 1.0, "seed": 0,
-                  "logit_bias": chatty_bias(AutoTokenizer.from_pretrained(model))},
+        sampling={"max_tokens_per_turn": max_tokens, "temperature": 1.0,
+                  "logit_bias": chatty_bias(AutoTokenizer.from_pretrained(model))
+                  if chatty else {}},
         episode={"max_turns": 6, "max_total_tokens": 4000, "on_invalid_turn": "feedback",
                  "max_concurrent_episodes": 64})
     actor = ray.remote(SyncedVLLMEngineActor).options(
@@ -80,35 +81,47 @@ def rollout(actor, tasks) -> tuple[list, float]:
 
 
 def rollout_with_swaps(actor, tasks, weights: list, swaps: int, interval: float):
-    """One rollout batch while the main thread swaps weights; returns the trajectories, the
-    wall time and each swap's record."""
+    """Rollout batches back to back while the main thread swaps weights every `interval` s;
+    returns the trajectories, the wall time and each swap's record."""
     import ray
 
-    result: dict = {}
-    thread = threading.Thread(target=lambda: result.update(zip(("trajectories", "wall"),
-                                                               rollout(actor, tasks))))
+    trajectories: list = []
+    stop = threading.Event()
+
+    def play() -> None:
+        while not stop.is_set():
+            trajectories.extend(rollout(actor, tasks)[0])
+
+    started = time.perf_counter()
+    thread = threading.Thread(target=play)
     thread.start()
     records = []
     for i in range(swaps):
         time.sleep(interval)
-        if not thread.is_alive():
-            break
         state = ray.get(actor.weights_state.remote())
         seconds = ray.get(actor.load_weights.remote(weights=weights[(i + 1) % 2]))
         after = ray.get(actor.weights_state.remote())
         records.append({"total_s": seconds, **after["last_swap"],
                         "turns_in_engine_at_request": state["in_flight"],
                         "version": after["version"]})
+    stop.set()
     thread.join()
-    return result["trajectories"], result["wall"], records
+    return trajectories, time.perf_counter() - started, records
 
 
 def summarise(trajectories: list, wall: float) -> dict:
     turns = sum(t.meta["turns"] for t in trajectories)
     straddled = sum(len(set(t.meta["weights_versions"])) > 1 for t in trajectories)
+    kinds: dict[str, int] = {}
+    for traj in trajectories:
+        kinds[traj.error_kind or "success"] = kinds.get(traj.error_kind or "success", 0) + 1
     return {"episodes": len(trajectories), "turns": turns, "wall_s": round(wall, 2),
+            "generated_tokens": sum(t.meta["completion_tokens"] for t in trajectories),
+            "outcomes": kinds,
             "episodes_per_s": round(len(trajectories) / wall, 2),
-            "turns_per_s": round(turns / wall, 2), "straddled_a_swap": straddled,
+            "turns_per_s": round(turns / wall, 2),
+            "tokens_per_s": round(sum(t.meta["completion_tokens"] for t in trajectories) / wall),
+            "straddled_a_swap": straddled,
             "versions_seen": sorted({v for t in trajectories for v in t.meta["weights_versions"]})}
 
 
@@ -117,7 +130,9 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=32)
     parser.add_argument("--swaps", type=int, default=6)
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between swaps")
-    parser.add_argument("--max-tokens", type=int, default=48, help="max tokens per turn")
+    parser.add_argument("--max-tokens", type=int, default=128, help="max tokens per turn")
+    parser.add_argument("--chatty", action="store_true", help="bias the random model to end "
+                        "turns and emit call markers (more, shorter turns)")
     args = parser.parse_args()
 
     import ray
@@ -129,7 +144,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="swap-bench-") as directory:
             model, first, second = two_models(Path(directory))
             weights = [ray.put(first), ray.put(second)]
-            actor, start_s = start_engine(model, args.max_tokens)
+            actor, start_s = start_engine(model, args.max_tokens, args.chatty)
             tasks = make_tasks(args.episodes, envs=("sql", "fs"))
             rollout(actor, tasks[:4])  # warm-up
             plain = summarise(*rollout(actor, tasks))
