@@ -122,6 +122,7 @@ class VLLMBackend(TurnBackend):
                 gen = Generation(error=f"vllm: {self.gate.broken}")
             else:
                 gen = await self._generate(request)
+        # seconds include a wait at the gate: the episode waited that long for its turn
         gen.seconds, gen.weights_version = time.perf_counter() - started, version
         return gen
 
