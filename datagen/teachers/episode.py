@@ -68,6 +68,9 @@ class Generation:
     cached: bool = False
     retries: int = 0
     error: str | None = None  # the turn could not be generated at all
+    # the engine's weight version the whole turn ran under (backends that swap weights
+    # mid-run, vllm: see datagen/teachers/weight_gate.py); None where weights never change
+    weights_version: int | None = None
 
 
 class TurnBackend:
@@ -269,6 +272,7 @@ class Tally:
     # server-side template or tokenisation that differs from ours; should stay 0)
     prompt_mismatches: int = 0
     finish_reasons: list[str] = field(default_factory=list)
+    weights_versions: list[int] = field(default_factory=list)  # per turn, where recorded
 
     def add(self, gen: Generation, request: TurnRequest) -> None:
         if request.prompt_ids is not None and gen.prompt_tokens and gen.error is None:
@@ -280,6 +284,8 @@ class Tally:
         self.retries += gen.retries
         self.cache_hits += int(gen.cached)
         self.finish_reasons.append("error" if gen.error else gen.finish_reason)
+        if gen.weights_version is not None:
+            self.weights_versions.append(gen.weights_version)
 
 
 class Episode:
@@ -365,4 +371,6 @@ class Episode:
                 "prompt_token_mismatches": tally.prompt_mismatches,
                 "retokenised_turns": convo.retokenised,
                 "finish_reasons": tally.finish_reasons,
-                "failed_turns": [failure.detail for failure in self.failures]}
+                "failed_turns": [failure.detail for failure in self.failures],
+                **({"weights_versions": tally.weights_versions}
+                   if tally.weights_versions else {})}

@@ -38,6 +38,7 @@ from datagen.envs import make_env
 from datagen.teachers.base import Teacher, describe_exception, failed_trajectory
 from datagen.teachers.config import SamplingConfig, TeacherConfig, VLLMConfig
 from datagen.teachers.episode import EnvLeases, EpisodeRunner, Generation, TurnBackend, TurnRequest
+from datagen.teachers.weight_gate import WeightGate
 from datagen.types import Task, Trajectory, stable_hash
 
 ENGINE_MAX_RESTARTS = 3  # Ray restarts a dead engine actor this often over the run
@@ -69,7 +70,12 @@ class VLLMBackend(TurnBackend):
         self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_name)
         self.im_end_id = self.tokenizer.convert_tokens_to_ids(IM_END)
         self.engine: Any = None
-        self.requests_in_flight = 0  # turns sent to the engine and not yet answered
+        self.gate = WeightGate()  # weight versions; holds turns back during a swap
+
+    @property
+    def requests_in_flight(self) -> int:
+        """Turns sent to the engine and not yet answered."""
+        return self.gate.in_flight
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "vllm", "model": self.config.model,
@@ -113,10 +119,20 @@ class VLLMBackend(TurnBackend):
             output_kind=RequestOutputKind.FINAL_ONLY)
 
     async def generate(self, request: TurnRequest) -> Generation:
+        started = time.perf_counter()
+        async with self.gate.turn() as version:  # waits while weights are being swapped
+            if self.gate.broken:  # a failed load: running the model could kill the engine
+                gen = Generation(error=f"vllm: {self.gate.broken}")
+            else:
+                gen = await self._generate(request)
+        # seconds include a wait at the gate: the episode waited that long for its turn
+        gen.seconds, gen.weights_version = time.perf_counter() - started, version
+        return gen
+
+    async def _generate(self, request: TurnRequest) -> Generation:
         from vllm import TokensPrompt
 
-        final, started = None, time.perf_counter()
-        self.requests_in_flight += 1
+        final = None
         try:
             async for output in self.engine.generate(
                     TokensPrompt(prompt_token_ids=request.prompt_ids),
@@ -124,13 +140,8 @@ class VLLMBackend(TurnBackend):
                     request_id=f"{request.key}-{uuid.uuid4().hex[:8]}"):
                 final = output
         except Exception as exc:  # e.g. a prompt longer than max_model_len: this turn fails
-            return Generation(error=f"vllm: {describe_exception(exc)}",
-                              seconds=time.perf_counter() - started)
-        finally:
-            self.requests_in_flight -= 1
-        gen = self._generation(final, len(request.prompt_ids))
-        gen.seconds = time.perf_counter() - started
-        return gen
+            return Generation(error=f"vllm: {describe_exception(exc)}")
+        return self._generation(final, len(request.prompt_ids))
 
     def _generation(self, final: Any, prompt_tokens: int) -> Generation:
         from datagen.teachers.trace import turn_text
@@ -168,7 +179,8 @@ class VLLMEngineActor:
 
     async def pause(self) -> None:
         """Stop the engine scheduling: turns already sent and new ones wait, frozen (vLLM's
-        "keep" mode), until `resume`. A restarted incarnation starts unpaused."""
+        "keep" mode), until `resume`. A restarted incarnation starts unpaused. A weight swap
+        meanwhile waits for the frozen turns: it times out unless `resume` comes first."""
         await self.backend.start()
         await self.backend.engine.pause_generation(mode="keep", clear_cache=False)
 
@@ -179,6 +191,14 @@ class VLLMEngineActor:
     def requests_in_flight(self) -> int:
         """Turns waiting for the engine now (a batch is mid-flight when this is above 0)."""
         return self.backend.requests_in_flight
+
+    def weights_state(self) -> dict[str, Any]:
+        """`version` (swaps so far; 0 = the starting weights, also after a restart),
+        turns `in_flight` in the engine and `waiting` at the gate, `swapping`, and `broken`
+        (why the weights are undefined after a failed load, else None)."""
+        gate = self.backend.gate
+        return {"version": gate.version, "in_flight": gate.in_flight, "waiting": gate.waiting,
+                "swapping": gate.swapping, "broken": gate.broken}
 
 
 def _actor_options(config: VLLMConfig, name: str) -> dict[str, Any]:
