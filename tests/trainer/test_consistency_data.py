@@ -22,6 +22,7 @@ from trainer.readers.consistency import kept_only, kept_trajectories
 from trainer.readers.preferences import PairSettings, build_pair_dataset
 from trainer.readers.trajectories import trajectory_shaped_documents
 
+ROOT = Path(__file__).resolve().parents[2]
 SEQ = 4096  # no document is cut: the stream's tokens equal a direct tokenisation's
 
 
@@ -148,6 +149,27 @@ def test_the_pair_stream_keeps_pairs_of_kept_rollouts_and_every_safety_pair(
     assert info["consistency"]["dropped"] == pairs.num_rows - len(wanted)
     assert info["consistency"]["safety_read"] == by_source["safety"]
     assert "safety_dropped" not in info["consistency"]
+    assert info["reference"] == "model"  # the paths the filter needs are no precomputed cache
+
+
+def test_dpos_reference_cache_is_keyed_by_the_filter_only_when_it_filters(
+        consistency_out, trainer_tokenizer, tmp_path):
+    """The precomputed reference log-probs cover the pairs the run trains on: a filtered
+    run's cache is keyed by the consistency shards too; an unfiltered run's key is as before
+    (existing caches stay valid)."""
+    from trainer.config import load_config
+    from trainer.reference import reference_key
+
+    def key(*extra):
+        return reference_key(load_config(ROOT / "configs" / "dpo_tiny.yaml", [
+            f"run_dir={tmp_path}/run", f"shards={consistency_out}",
+            f"tokenizer={trainer_tokenizer}", f"model.init_from={tmp_path}", *extra]))
+
+    filtered, every = key(), key("data.consistency=all")
+    assert [name for name, *_ in filtered["consistency"]] == \
+        sorted(p.name for p in (consistency_out / "consistency").glob("part-*.parquet"))
+    assert "consistency" not in every and {**filtered, "consistency": None} != every
+    assert {k: v for k, v in filtered.items() if k != "consistency"} == every
 
 
 def test_kept_only_without_the_table_is_refused_and_auto_reads_everything(

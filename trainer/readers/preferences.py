@@ -239,7 +239,7 @@ def build_pair_dataset(settings: PairSettings) -> tuple[Any, dict[str, Any]]:
     dataset = dataset.map_batches(training_pair_batches, fn_kwargs={"settings": settings},
                                   batch_format="pyarrow", batch_size=None)  # a whole block
     info = {"preference_shards": len(files), "pairs_per_source": chosen,
-            "reference": "precomputed" if with_paths else "model",
+            "reference": "precomputed" if settings.reference_dir is not None else "model",
             "reference_dir": settings.reference_dir,
             "consistency": "all rows" if filtered is None else filtered}
     return dataset, info
