@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay-share", type=float, default=0.5)
     parser.add_argument("--eval-tasks", type=int, default=30)
     parser.add_argument("--eval-seed", type=int, default=0)
-    parser.add_argument("--irr-tasks", type=int, default=0)
+    parser.add_argument("--irr-tasks", type=int, default=6,
+                        help="held-out tasks for IRR each round (0: none)")
     parser.add_argument("--seed", type=int, default=0,
                         help="the replay draw's and the student rounds' training seed")
     args = parser.parse_args(argv)

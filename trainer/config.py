@@ -77,6 +77,17 @@ class DataConfig(StrictModel):
     check_tokenizer: bool = Field(True, description="refuse shards whose token ids (input_ids, "
                                   "teacher top-k) were made with another tokenizer than ours, "
                                   "as recorded in their `tokenizer` column")
+    # `auto` by default, not `all`: an OUT has a consistency table only when its run turned
+    # the filter on, i.e. someone asked for the discarded rollouts not to be trained on; `all`
+    # as the default silently trained on them (80-90% of a weak teacher's rollouts, README
+    # "Consistency filter"). Not `kept_only`: every OUT written without the filter would be
+    # refused. `kept_only` is there to fail loudly when the table is expected but missing.
+    consistency: Literal["auto", "kept_only", "all"] = Field(
+        "auto", description="rows read from an OUT written with the consistency filter "
+        "(consistency/ table): auto = only the rollouts it kept when the table exists, every "
+        "row otherwise; kept_only = the same, refused without the table; all = every rollout. "
+        "Repairs and preference pairs of dropped rollouts are dropped with them (safety pairs "
+        "are kept); sad and dpo read it")
 
     @model_validator(mode="after")
     def _tables(self) -> "DataConfig":

@@ -37,6 +37,10 @@ REPAIR_KEY = "source_id"                             # repairs/ rows name their 
 PREFERENCE_COLUMNS = ("id", "trajectory_id", "step", "source", "kind", "prompt_text",
                       "chosen_text", "rejected_text")
 PREFERENCE_SOURCES = ("negative", "repair", "safety")
+# The consistency filter's side table (a run with `consistency.enabled`): one row per rollout,
+# `kept` = the filter's verdict; joined to trajectories on trajectory_id = id.
+CONSISTENCY_TABLE = "consistency"
+CONSISTENCY_COLUMNS = ("trajectory_id", "kept")
 
 # A chunk's shards are <table>/part-K.parquet; the chunk is complete once its marker
 # _chunks/chunk-K.json exists (written last). A shard without one is a killed chunk's leftover.

@@ -2,6 +2,8 @@
 (worker side).
 
     read_parquet(OUT/trajectories)                 the data contract, nothing else
+      -> kept_trajectories (with the consistency filter's table, data.consistency): only
+                               the rollouts it kept (trainer.readers.consistency)
       -> training_batches, per pool of `batch_size * bucket_pool_batches` trajectories:
            trainer.readers     one reader per table: trajectories, repairs (the same
                                chunk's repairs/ shard, through the same contract columns),
@@ -37,6 +39,8 @@ import pyarrow.parquet as pq
 from trainer import batching
 from trainer.contract import TOKEN_COLUMNS, TOKENIZER_COLUMN, TOPK_COLUMNS, TRAJECTORY_COLUMNS
 from trainer.documents import DocumentRows, ReadSettings, document_table
+from trainer.readers.consistency import (ConsistencyMode, filter_counts, kept_only,
+                                         kept_trajectories, log_counts)
 from trainer.readers.preferences import negative_documents
 from trainer.readers.repairs import repair_documents
 from trainer.readers.trajectories import trajectory_shaped_documents
@@ -60,6 +64,7 @@ class DataSettings:
     check_tokenizer: bool = True        # shard token ids must be in our tokenizer
     seed: int = 0
     complexity_weights: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    consistency: ConsistencyMode = "auto"  # kept rollouts only (trainer.config.DataConfig)
 
     def weight(self, table: str) -> float:
         return dict(self.table_weights).get(table, 1.0)
@@ -179,10 +184,14 @@ def build_dataset(settings: DataSettings) -> tuple[Any, dict[str, Any]]:
     if settings.use_mch and not layout.negative_pairs:
         log.warning("MCH is on but %s has no preferences shards paired with the trajectory "
                     "shards: the MCH sees no negatives but repairs' wrong calls", settings.shards)
-    paired = with_negatives or "repairs" in settings.tables
+    filtered = consistency_counts(settings)
+    paired = with_negatives or "repairs" in settings.tables or filtered is not None
     dataset = ray.data.read_parquet(layout.trajectory_files, include_paths=paired)
     dataset = dataset.select_columns(columns + (["path"] if paired else []))
     dataset = dataset.randomize_block_order(seed=settings.seed)
+    if filtered is not None:  # before the pools, so they are cut from kept rows only
+        dataset = dataset.map_batches(kept_trajectories, fn_kwargs={"root": str(settings.shards)},
+                                      batch_format="pyarrow", batch_size=None)
     dataset = dataset.map_batches(training_batches, fn_kwargs={"settings": settings},
                                   batch_format="pyarrow",
                                   batch_size=settings.batch_size * settings.bucket_pool_batches)
@@ -190,8 +199,23 @@ def build_dataset(settings: DataSettings) -> tuple[Any, dict[str, Any]]:
             "tokenised_in_shards": layout.has_tokens, "teacher_topk": settings.read_topk,
             "negative_shards": len(layout.negative_pairs) if with_negatives else 0,
             "repair_shards": len(layout.repair_pairs) if "repairs" in settings.tables else 0,
-            "tables": list(settings.tables)}
+            "tables": list(settings.tables),
+            "consistency": "all rows" if filtered is None else filtered}
     return dataset, info
+
+
+def consistency_counts(settings: DataSettings) -> dict[str, dict[str, int]] | None:
+    """None when every rollout is read; else the consistency filter's rows read and dropped
+    per LM table (logged), refusing a filter that keeps nothing."""
+    if not kept_only(str(settings.shards), settings.consistency):
+        return None
+    counts = filter_counts(str(settings.shards),
+                           tuple(t for t in ("trajectories", "repairs") if t in settings.tables))
+    log_counts(str(settings.shards), counts)
+    if not sum(figures["read"] for figures in counts.values()):
+        raise ValueError(f"the consistency filter of {settings.shards} kept none of the rows "
+                         f"of {list(counts)} ({counts}); nothing to train on")
+    return counts
 
 
 def lm_complexities(dataset: Any) -> np.ndarray:

@@ -36,8 +36,10 @@ import pyarrow.parquet as pq
 import torch
 
 from trainer.config import TrainConfig
+from trainer.contract import CONSISTENCY_TABLE
 from trainer.model import AgentQwen2ForCausalLM
 from trainer.pair_batches import Pairs
+from trainer.readers.consistency import kept_only, kept_pairs
 from trainer.readers.preferences import PairSettings
 from trainer.preference_loss import PreferenceSettings, sequence_logps_fn
 from trainer.shard_files import exists, join, part_files, read_bytes, stamps, write_bytes
@@ -97,7 +99,10 @@ def reference_key(cfg: TrainConfig) -> dict[str, Any]:
             "dtype": cfg.model.dtype, "chunk": cfg.dpo.chunk_size,
             "modifications": cfg.model.model_dump(mode="json", exclude={"init_from", "builder",
                                                                         "gradient_checkpointing"}),
-            "shards": stamps(part_files(cfg.shards, "preferences"))}
+            "shards": stamps(part_files(cfg.shards, "preferences")),
+            # only when filtering, so the keys (and caches) of runs without it are unchanged
+            **({"consistency": stamps(part_files(cfg.shards, CONSISTENCY_TABLE))}
+               if kept_only(cfg.shards, cfg.data.consistency) else {})}
 
 
 def reference_dir(cfg: TrainConfig, key: dict[str, Any]) -> str:
@@ -163,6 +168,9 @@ def precompute_reference(cfg: TrainConfig, settings: PairSettings) -> str:
         return directory
     files = preference_files(cfg.shards)
     dataset = ray.data.read_parquet(files, include_paths=True)
+    if kept_only(cfg.shards, settings.consistency):  # only the pairs the run trains on
+        dataset = dataset.map_batches(kept_pairs, fn_kwargs={"root": str(cfg.shards)},
+                                      batch_format="pyarrow", batch_size=None)
     dataset = dataset.map_batches(pair_table, fn_kwargs={"settings": settings},
                                   batch_format="pyarrow", batch_size=256)
     dataset = dataset.map_batches(

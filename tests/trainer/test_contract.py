@@ -44,6 +44,9 @@ def test_markers_and_columns_are_datagens():
     assert set(contract.TOPK_COLUMNS) | {contract.TOKENIZER_COLUMN} <= set(rows.TEACHER_FIELDS)
     assert contract.REPAIR_KEY in rows.REPAIR_SCHEMA.names
     assert set(contract.PREFERENCE_COLUMNS) <= set(rows.PREFERENCE_SCHEMA.names)
+    from datagen.pipeline.stages.consistency import CONSISTENCY
+    assert contract.CONSISTENCY_TABLE == CONSISTENCY.name
+    assert set(contract.CONSISTENCY_COLUMNS) <= set(rows.CONSISTENCY_SCHEMA.names)
 
 
 @pytest.mark.parametrize("name,arguments", [

@@ -28,6 +28,7 @@ from trainer.loop.config import loop_fingerprint
 from trainer.loop.mix import build_mix, replay_count
 from trainer.loop.rounds import RoundDir
 from trainer.loop.run import _Phases, make_plan, stop_reason
+from trainer.loop.table import COLUMNS, write_table
 
 ROOT = Path(__file__).resolve().parents[2]
 KILL_TIMEOUT_S = 900  # generous: the shared CI host runs at load 20-50
@@ -48,8 +49,8 @@ def _write_configs(tmp: Path, tokenizer: Path) -> Path:
                           "data.bucket_pool_batches=2", "model.use_mch=false",
                           "optim.warmup_steps=1"],
                   "round0_steps": 3, "steps_per_round": 2, "replay_share": 0.5},
-        "eval": {"envs": ["sql"], "num_tasks": 2, "max_steps": 2, "max_new_tokens": 8,
-                 "batch_size": 2, "threads": 1}}
+        "eval": {"envs": ["sql"], "num_tasks": 2, "irr_tasks": 2, "max_steps": 2,
+                 "max_new_tokens": 8, "batch_size": 2, "threads": 1}}
     path = tmp / "loop.yaml"
     path.write_text(yaml.safe_dump(loop))
     return path
@@ -134,11 +135,13 @@ def test_round_zero_then_round_one_end_to_end(loop_run):
     for row in table:  # every figure of the round table measured on the same held-out tasks
         assert row["eval_tasks"] == 2 and 0 <= row["success_rate"] <= 1
         assert row["act_ce"] > 0 and row["syntax_error_rate"] is not None
+        assert row["irr_n"] + row["irr_skipped"] == 2 and 0 <= row["irr"] <= 1
     assert one["rollouts"] == 6 and one["repairs"] >= 1
     assert one["train_rows"] == one["repairs"] + one["replay_rows"]
     assert one["replay_rows"] == replay_count(one["repairs"], 0.5, 24)
     assert one["checkpoint"].startswith(str(out / "round-001" / "train"))
     assert (out / "rounds.md").read_text().startswith("| round | success |")
+    assert "| IRR | IRR n |" in (out / "rounds.md").read_text()
     reports = [json.loads((out / f"round-00{i}" / "eval.json").read_text()) for i in (0, 1)]
     assert reports[0]["tasks"]["ids_sha256"] == reports[1]["tasks"]["ids_sha256"]
     assert reports[1]["tasks"]["leak_check"]["shards"][-1] == str(out / "round-001" / "data")
@@ -275,3 +278,44 @@ def test_a_round_manifest_takes_each_phases_wall_time(tmp_path):
     manifest = phases.manifest("c", report)
     assert manifest["phase_seconds"] == {"generate": 2.5, "train": 10.25, "eval": 0.75}
     assert manifest["seconds"] == 13.5 and directory.complete() == manifest
+
+
+def _eval_report(irr: dict | None) -> dict:
+    """A `trainer eval` report as `evaluate` writes it (the sections the round table reads)."""
+    report = {"tasks": {"count": 4}, "wall_seconds": 1.0,
+              "episodes": {"success_rate": 0.25, "syntax_error_rate": 0.1, "mean_steps": 3.5},
+              "step_level": {"next_call_exact_match": 0.5, "act_token_accuracy": 0.75,
+                             "right_tool_rate": 0.8, "schema_valid_rate": 0.9,
+                             "reason_ce": 2.0, "act_ce": 0.7}}
+    return report if irr is None else {**report, "irr": irr}
+
+
+def test_the_round_table_carries_each_rounds_irr(tmp_path):
+    """IRR from the eval report's `irr` section (`critics.irr` via `trainer eval`) lands in
+    rounds.jsonl and as a column of rounds.md with its episode count; a round evaluated
+    without IRR shows none (not 0)."""
+    from critics.irr import Episode, IRRReport
+
+    episodes = [Episode("sql", "wrong_tool", 1, True, 2), Episode("sql", "type_error", 2, False, 4),
+                Episode("fs", "wrong_tool", 0, True, 3)]
+    measured = IRRReport(episodes, skipped=1).summary() | {"extra_turns": 2, "turns": 9}
+    manifests = []
+    for index, irr in enumerate((measured, None)):
+        phases = _Phases(RoundDir(tmp_path, index))
+        phases.run("train", lambda: {"seconds": 1.0, "steps": 2, "checkpoint": "c"})
+        report = phases.run("eval", lambda irr=irr: _eval_report(irr))
+        manifests.append(phases.manifest("c", report))
+    rows = write_table(tmp_path, manifests)
+    assert rows[0]["irr"] == round(2 / 3, 4) and rows[0]["irr_n"] == 3
+    assert rows[0]["irr_skipped"] == 1
+    assert rows[1]["irr"] is None and rows[1]["irr_n"] is None
+    assert [json.loads(line)["irr"] for line in (tmp_path / "rounds.jsonl").read_text()
+            .splitlines()] == [rows[0]["irr"], None]
+    header, _, first, second = (tmp_path / "rounds.md").read_text().splitlines()[:4]
+    names = [cell.strip() for cell in header.strip("|").split("|")]
+    assert names == [name for name, _, _ in COLUMNS]
+    cells = [dict(zip(names, (c.strip() for c in line.strip("|").split("|"))))
+             for line in (first, second)]
+    assert (cells[0]["IRR"], cells[0]["IRR n"]) == ("0.667", "3")
+    assert (cells[1]["IRR"], cells[1]["IRR n"]) == ("-", "-")
+    assert cells[0]["success"] == "0.250" and cells[0]["ACT CE"] == "0.700"

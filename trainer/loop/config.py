@@ -133,8 +133,11 @@ class EvalSection(StrictModel):
                                   description="environments, round-robin over the tasks")
     num_tasks: int = Field(30, ge=1, description="held-out tasks (episodes and gold steps)")
     eval_seed: int = Field(0, ge=0, description="held-out family; the same every round")
-    irr_tasks: int = Field(0, ge=0, description="tasks with an injected error for IRR "
-                           "(each costs several turns)")
+    irr_tasks: int = Field(6, ge=0, description="held-out tasks with an error injected into "
+                           "the oracle's rollout, the student continuing from it: the round "
+                           "table's IRR (recovery rate); each costs up to the turns a perfect "
+                           "recovery needs + 2 (~20 s a task for a tiny CPU model); 0 = no IRR. "
+                           "6 gives a coarse figure (steps of 1/6): raise it to compare rounds")
     max_steps: int = Field(8, ge=1, description="assistant turns per episode")
     max_new_tokens: int = Field(192, ge=1, description="tokens per generated turn")
     batch_size: int = Field(8, ge=1, description="episodes in flight")

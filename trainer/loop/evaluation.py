@@ -32,13 +32,18 @@ def run_eval(section: EvalSection, checkpoint: str, training_roots: list[str]) -
 
 def headline(report: dict[str, Any]) -> dict[str, Any]:
     """The round table's eval figures: episode success and syntax-error rate, step-level
-    metrics, IRR (None when not measured)."""
+    metrics, IRR: the share of episodes with an error injected into the oracle's rollout from
+    which the student recovered to a checked success (`critics.irr`, via `trainer eval`), with
+    its episode count `irr_n` and the tasks that admitted no injection `irr_skipped` (all
+    None when `eval.irr_tasks` is 0; `irr` None when no episode ran)."""
     episodes = report.get("episodes", {})
     steps = report.get("step_level", {})
-    irr = report.get("irr", {}).get("overall", {}) if report.get("irr") else {}
+    irr = report.get("irr") or {}
+    overall = irr.get("overall", {})
     return {"success_rate": episodes.get("success_rate"),
             "syntax_error_rate": episodes.get("syntax_error_rate"),
             "mean_steps": episodes.get("mean_steps"),
             **{name: steps.get(name) for name in STEP_METRICS},
-            "irr": irr.get("irr") if irr.get("n") else None, "irr_n": irr.get("n"),
+            "irr": overall.get("irr") if overall.get("n") else None,
+            "irr_n": overall.get("n"), "irr_skipped": irr.get("skipped"),
             "eval_tasks": report.get("tasks", {}).get("count")}

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from trainer.contract import TRAJECTORY_COLUMNS
+from trainer.contract import REPAIR_KEY, TRAJECTORY_COLUMNS
+from trainer.readers.consistency import ConsistencyMode, kept_ids, kept_only
 
 # The contract columns plus what says where a row came from (and lets `trainer eval --shards`
 # check held-out tasks against the mix).
@@ -28,23 +30,32 @@ MIX_COLUMNS = (*TRAJECTORY_COLUMNS, "env", "task_id", "task_seed", "task", "teac
 ROWS_PER_SHARD = 2000
 
 
-def table_rows(out: Path, table: str) -> pa.Table | None:
-    """The MIX_COLUMNS of every shard of `out/table`, or None when there is none."""
+def table_rows(out: Path, table: str, kept: set[str] | None = None) -> pa.Table | None:
+    """The MIX_COLUMNS of every shard of `out/table`, or None when there is none; with
+    `kept` (rollout ids) only rows of those rollouts (a repair: of its `source_id`)."""
     files = sorted((out / table).glob("part-*.parquet"))
     if not files:
         return None
-    parts = [pq.read_table(f, columns=list(MIX_COLUMNS)) for f in files]
+    key = "id" if table == "trajectories" else REPAIR_KEY
+    parts = [pq.read_table(f, columns=list(dict.fromkeys([*MIX_COLUMNS, key]))) for f in files]
+    if kept is not None:
+        wanted = pa.array(sorted(kept), pa.string())
+        parts = [p.filter(pc.is_in(p.column(key), value_set=wanted)) for p in parts]
+    parts = [p.select(list(MIX_COLUMNS)) for p in parts]
     return pa.concat_tables([p.cast(parts[0].schema) for p in parts])
 
 
 def replay_pool(round0_data: Path, round0_tables: tuple[str, ...],
-                earlier_rounds: list[Path]) -> pa.Table | None:
+                earlier_rounds: list[Path], consistency: ConsistencyMode = "auto",
+                ) -> pa.Table | None:
     """Rows of earlier rounds a round may replay: round 0's trained tables (teacher
     trajectories, and its repairs when round 0 trained on them) and every earlier student
-    round's repairs."""
-    sources = [(round0_data, table) for table in round0_tables]
-    sources += [(data, "repairs") for data in earlier_rounds]
-    tables = [t for t in (table_rows(out, table) for out, table in sources) if t is not None]
+    round's repairs. Round 0's rows are those its training read: with a consistency table
+    and `consistency` (round 0's data.consistency) not `all`, of the kept rollouts only."""
+    kept = kept_ids(str(round0_data)) if kept_only(str(round0_data), consistency) else None
+    tables = [table_rows(round0_data, table, kept) for table in round0_tables]
+    tables += [table_rows(data, "repairs") for data in earlier_rounds]
+    tables = [t for t in tables if t is not None]
     if not tables:
         return None
     return pa.concat_tables([t.cast(tables[0].schema) for t in tables])

@@ -45,6 +45,7 @@ class Plan:
     round0_data: Path            # the teacher data (generated or round0.data)
     round0_tables: tuple[str, ...]
     tokenizer: str
+    round0_consistency: str = "auto"  # round 0's data.consistency: its replayed rows
 
 
 @dataclass
@@ -96,7 +97,8 @@ def make_plan(config: LoopConfig) -> Plan:
     base = generation.base_generate_config(config, first.data)
     _checked(lambda: generation.student_generate_config(config, base, 1, "probe", tokenizer,
                                                         out), "student/critic")
-    return Plan(config, out, base, data, round0.data.tables, tokenizer)
+    return Plan(config, out, base, data, round0.data.tables, tokenizer,
+                round0.data.consistency)
 
 
 def _checked(build: Callable[[], Any], section: str) -> Any:
@@ -262,7 +264,8 @@ def _student_round(plan: Plan, directory: RoundDir,
 def _mix(plan: Plan, directory: RoundDir, earlier_data: list[Path]) -> dict[str, Any]:
     started = time.perf_counter()
     new = mix.table_rows(directory.data, "repairs")
-    pool = mix.replay_pool(plan.round0_data, plan.round0_tables, earlier_data)
+    pool = mix.replay_pool(plan.round0_data, plan.round0_tables, earlier_data,
+                           plan.round0_consistency)
     counts = mix.build_mix(directory.mix, new, pool, plan.config.train.replay_share,
                            seed=plan.config.seed * 1_000_003 + directory.index)
     return {**counts, "out": str(directory.mix), "seconds": time.perf_counter() - started}

@@ -5,6 +5,8 @@
                    the wrong call an ERROR span and an MCH step labelled 0)
     preferences    DPO's Ray Data stream of tokenised pairs, and SAD's MCH negatives (the
                    text the pipeline wrote for each negative pair, never a re-rendering)
+    consistency    the consistency filter's verdicts: a stage before the pools keeps the
+                   rollouts it kept (and the repairs and pairs made from them), per chunk
 
 The SAD feed (trainer.data) is a Ray Data stream over trajectories/ whose stage calls the
 repairs and preferences readers on the paired shards of the same chunk, so every pool mixes

@@ -27,6 +27,8 @@ import pyarrow.parquet as pq
 from trainer import pair_batches, tokens
 from trainer.contract import PREFERENCE_COLUMNS, TOOL_CALL_OPEN, chat_spans
 from trainer.documents import DocumentRows, ReadSettings, paired_rows
+from trainer.readers.consistency import (ConsistencyMode, filter_counts, kept_only, kept_pairs,
+                                         log_counts)
 from trainer.shard_files import exists, is_uri, join, part_files
 
 NEGATIVE_SOURCE = "negative"
@@ -51,6 +53,7 @@ class PairSettings:
     bucket_pool_batches: int = 8
     seed: int = 0
     reference_dir: str | None = None     # precomputed reference log-probs (part-K beside)
+    consistency: ConsistencyMode = "auto"  # pairs of kept rollouts only (DataConfig.consistency)
 
 
 # -- pairs (DPO) -----------------------------------------------------------------------------
@@ -217,21 +220,39 @@ def build_pair_dataset(settings: PairSettings) -> tuple[Any, dict[str, Any]]:
     import ray
 
     files = preference_files(settings.shards)
-    counts = count_sources(files)
+    filtered = pair_consistency_counts(settings)
+    counts = count_sources(files) if filtered is None else {
+        name.removesuffix("_read"): value for name, value in filtered.items()
+        if name.endswith("_read")}
     chosen = {source: counts.get(source, 0) for source in settings.sources}
     if not any(chosen.values()):
         raise ValueError(f"{settings.shards}/preferences holds no pairs of sources "
-                         f"{list(settings.sources)} (it has {counts})")
-    with_paths = settings.reference_dir is not None
+                         f"{list(settings.sources)}" + (" of rollouts the consistency filter "
+                         "kept" if filtered is not None else "") + f" (it has {counts})")
+    with_paths = settings.reference_dir is not None or filtered is not None
     dataset = ray.data.read_parquet(files, include_paths=with_paths)
     dataset = dataset.select_columns(list(PREFERENCE_COLUMNS) + (["path"] if with_paths else []))
     dataset = dataset.randomize_block_order(seed=settings.seed)
+    if filtered is not None:  # before the shuffle and the pools: they see kept pairs only
+        dataset = dataset.map_batches(kept_pairs, fn_kwargs={"root": str(settings.shards)},
+                                      batch_format="pyarrow", batch_size=None)
     dataset = dataset.map_batches(training_pair_batches, fn_kwargs={"settings": settings},
                                   batch_format="pyarrow", batch_size=None)  # a whole block
     info = {"preference_shards": len(files), "pairs_per_source": chosen,
-            "reference": "precomputed" if with_paths else "model",
-            "reference_dir": settings.reference_dir}
+            "reference": "precomputed" if settings.reference_dir is not None else "model",
+            "reference_dir": settings.reference_dir,
+            "consistency": "all rows" if filtered is None else filtered}
     return dataset, info
+
+
+def pair_consistency_counts(settings: PairSettings) -> dict[str, int] | None:
+    """None when every pair is read; else the consistency filter's pairs read and dropped
+    (per source too), logged."""
+    if not kept_only(str(settings.shards), settings.consistency):
+        return None
+    counts = filter_counts(str(settings.shards), ("preferences",))
+    log_counts(str(settings.shards), counts)
+    return counts["preferences"]
 
 
 # -- MCH negatives (SAD) -------------------------------------------------------------------

@@ -60,7 +60,7 @@ def pair_settings(cfg: TrainConfig, reference_dir: str | None) -> PairSettings:
                         max_seq_len=cfg.data.max_seq_len, sources=tuple(cfg.dpo.sources),
                         pairs_per_batch=cfg.dpo.batch_size,
                         bucket_pool_batches=cfg.dpo.bucket_pool_batches, seed=cfg.run.seed,
-                        reference_dir=reference_dir)
+                        reference_dir=reference_dir, consistency=cfg.data.consistency)
 
 
 # Modifications a DPO run must share with the checkpoint it starts from (the model section

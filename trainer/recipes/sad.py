@@ -58,7 +58,8 @@ def data_settings(cfg: TrainConfig) -> DataSettings:
                         table_weights=tuple(sorted(cfg.data.table_weights.items())),
                         read_topk=cfg.loss.teacher == "topk" and cfg.loss.objective != "sft",
                         check_tokenizer=cfg.data.check_tokenizer,
-                        seed=cfg.run.seed, complexity_weights=tuple(cfg.curriculum.weights))
+                        seed=cfg.run.seed, complexity_weights=tuple(cfg.curriculum.weights),
+                        consistency=cfg.data.consistency)
 
 
 def build_dataset(cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
