@@ -3,7 +3,8 @@ through the modified model's own forward.
 
 Supports: loss types sigmoid (DPO, with label smoothing = conservative DPO) and ipo, an
 RPO/SFT term on the chosen completions (`rpo_alpha`), `beta`, per-source loss weights and
-source filters; the reference as a frozen copy of the starting weights or as log-probs
+source filters, per-kind loss weights and filters (`kind_weights`: glob on the pair's kind,
+trainer.pair_weights); the reference as a frozen copy of the starting weights or as log-probs
 precomputed in a Ray Data pass (trainer.reference); the MCH trained on the same pairs (the
 chosen completion's call = a correct step, the rejected one's = a wrong step); split
 embeddings from span labels and landmark attention as in SAD; DDP or DeepSpeed ZeRO (with a
@@ -60,7 +61,7 @@ def pair_settings(cfg: TrainConfig, reference_dir: str | None) -> PairSettings:
                         max_seq_len=cfg.data.max_seq_len, sources=tuple(cfg.dpo.sources),
                         pairs_per_batch=cfg.dpo.batch_size,
                         bucket_pool_batches=cfg.dpo.bucket_pool_batches, seed=cfg.run.seed,
-                        reference_dir=reference_dir)
+                        reference_dir=reference_dir, kind_weights=cfg.dpo.kind_weight_items())
 
 
 # Modifications a DPO run must share with the checkpoint it starts from (the model section
@@ -133,7 +134,8 @@ def dpo_step(cfg: TrainConfig, engine: Any, batch: dict[str, torch.Tensor],
         if bool(torch.isnan(ref_chosen).any() | torch.isnan(ref_rejected).any()):
             raise ValueError("a pair reached training without reference log-probs")
     loss_fn = make_preference_loss_fn(batch["input_ids"], batch["completion_mask"], ref_chosen,
-                                      ref_rejected, batch["pair_weight"], settings)
+                                      ref_rejected, batch["pair_weight"], settings,
+                                      batch["pair_norm"])
     use_mch = cfg.model.use_mch and bool((batch["mch_labels"] >= 0).any())
     out = engine.module(input_ids=batch["input_ids"], span_ids=batch["span_ids"],
                         use_cache=False, loss_fn=loss_fn,
@@ -183,7 +185,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         epoch, index, pairs = next(stream)
         position.epoch, position.batch_in_epoch = epoch, index + 1
         tensors = pair_tensors(pairs, special["pad"], special["tool_call_start"], sources,
-                               dict(cfg.dpo.source_weights))
+                               dict(cfg.dpo.source_weights),
+                               kind_weights=cfg.dpo.kind_weight_items())
         batch = {name: value.to(device) for name, value in tensors.items()}
         metrics, scored = dpo_step(cfg, engine, batch, reference, settings)
         gathered = gather_lists({**scored, "batches": [batch_hash(pairs)]})
