@@ -10,6 +10,8 @@ as TRL's preference collator lays them out, so one forward scores both completio
     pair_norm             [P]       its share of the normaliser: the source weight
                                     (trainer.pair_weights: kind weights scale absolutely)
     source_index          [P]       index of the pair's source in the configured sources
+    kind_index            [P]       index of the kind weight pattern that decides the pair's
+                                    weight (-1: none matches; per-pattern metrics)
     ref_chosen/rejected   [P]       precomputed reference log-probs (NaN: none)
 """
 
@@ -22,7 +24,7 @@ import torch
 
 from trainer.collate import pad_steps
 from trainer.pair_batches import Pairs
-from trainer.pair_weights import KindWeights, kind_weight
+from trainer.pair_weights import KindWeights, kind_weight, matching_pattern
 from trainer.tokens import tool_call_step_ends
 
 
@@ -66,7 +68,8 @@ def _weights(pairs: Pairs, weights: dict[str, float], kind_weights: KindWeights,
              ) -> dict[str, np.ndarray]:
     norm = np.array([weights.get(source, 1.0) for source in pairs.sources], np.float32)
     kind = np.array([kind_weight(k, kind_weights) for k in pairs.kinds], np.float32)
-    return {"pair_weight": norm * kind, "pair_norm": norm}
+    index = np.array([matching_pattern(k, kind_weights) for k in pairs.kinds], np.int64)
+    return {"pair_weight": norm * kind, "pair_norm": norm, "kind_index": index}
 
 
 def batch_hash(pairs: Pairs) -> int:

@@ -40,12 +40,18 @@ def check_kind_weights(weights: dict[str, float]) -> dict[str, float]:
     return weights
 
 
+def matching_pattern(kind: str | None, weights: KindWeights) -> int:
+    """Index of the first pattern that matches `kind`, -1 if none does."""
+    for index, (pattern, _) in enumerate(weights):
+        if fnmatchcase(kind or "", pattern):
+            return index
+    return -1
+
+
 def kind_weight(kind: str | None, weights: KindWeights) -> float:
     """The weight of one kind: the first matching pattern's, else 1."""
-    for pattern, weight in weights:
-        if fnmatchcase(kind or "", pattern):
-            return weight
-    return 1.0
+    index = matching_pattern(kind, weights)
+    return weights[index][1] if index >= 0 else 1.0
 
 
 def dropped(kinds: list[str | None], weights: KindWeights) -> list[bool]:

@@ -147,3 +147,20 @@ def test_pair_schema_has_the_kind_column():
     assert PAIR_SCHEMA.field("kind").type == "string"
     empty = compose_pairs(PAIR_SCHEMA.empty_table(), 2, 0)
     assert "kinds" in empty.column_names
+
+
+def test_metrics_are_summed_per_kind_pattern(parts):
+    from trainer.recipes.dpo import _per_pair_sums
+
+    weights = (("benign_*", 3.0), ("destroy_*", 2.0))
+    pairs = _pairs(parts + parts[:1], ("benign_delete", "destroy_data", "type_error"))
+    batch = pair_tensors(pairs, PAD, CALL, SOURCES, {}, kind_weights=weights)
+    assert batch["kind_index"].tolist() == [0, 1, -1]
+    losses = torch.tensor([0.5, 0.25, 2.0])
+    fake = {"pair_loss": losses, "chosen_rewards": torch.tensor([1.0, -1.0, 0.0]),
+            "rejected_rewards": torch.zeros(3), "chosen_logps": torch.zeros(3),
+            "rejected_logps": torch.zeros(3)}
+    sums = _per_pair_sums(fake, batch["source_index"], SOURCES, batch["kind_index"],
+                          tuple(pattern for pattern, _ in weights))
+    assert sums["kinds"]["benign_*"]["pairs"] == 1 and sums["kinds"]["benign_*"]["loss"] == 0.5
+    assert sums["kinds"]["destroy_*"]["correct"] == 0 and sums["all"]["pairs"] == 3

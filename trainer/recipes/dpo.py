@@ -105,9 +105,11 @@ def loop_extras(cfg: TrainConfig, dataset: Any) -> dict[str, Any]:
 # -- one step ------------------------------------------------------------------------------
 
 def _per_pair_sums(parts: dict[str, torch.Tensor], source_index: torch.Tensor,
-                   sources: tuple[str, ...]) -> dict[str, dict[str, float]]:
-    """Sums over pairs, overall and per configured source (every rank reports every
-    source, zeros included, so the sums reduce in one collective)."""
+                   sources: tuple[str, ...], kind_index: torch.Tensor | None = None,
+                   patterns: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Sums over pairs, overall, per configured source and per `dpo.kind_weights` pattern
+    (under "kinds": the pairs whose kind it decides); every rank reports every source and
+    pattern, zeros included, so the sums reduce in one collective."""
     values = {"pairs": torch.ones_like(parts["pair_loss"]), "loss": parts["pair_loss"],
               "chosen_rewards": parts["chosen_rewards"],
               "rejected_rewards": parts["rejected_rewards"],
@@ -118,6 +120,10 @@ def _per_pair_sums(parts: dict[str, torch.Tensor], source_index: torch.Tensor,
     for index, source in enumerate(sources):
         mine = source_index == index
         sums[source] = {name: float(value[mine].sum()) for name, value in values.items()}
+    if patterns and kind_index is not None:
+        sums["kinds"] = {pattern: {name: float(value[kind_index == index].sum())
+                                   for name, value in values.items()}
+                         for index, pattern in enumerate(patterns)}
     return sums
 
 
@@ -156,7 +162,8 @@ def dpo_step(cfg: TrainConfig, engine: Any, batch: dict[str, torch.Tensor],
                "mch_steps": float(mch_count), "mch_correct": float(correct),
                "tokens": float(real.sum()), "slots": float(real.numel()),
                "completion_tokens": float(batch["completion_mask"].sum()),
-               "sums": _per_pair_sums(parts, batch["source_index"], tuple(cfg.dpo.sources))}
+               "sums": _per_pair_sums(parts, batch["source_index"], tuple(cfg.dpo.sources),
+                                      batch["kind_index"], tuple(cfg.dpo.kind_weights))}
     return metrics, scored
 
 
@@ -230,10 +237,13 @@ def _record(metrics: dict[str, float], sums: dict[str, dict[str, float]], positi
             workers: int, with_nll: bool) -> dict[str, Any]:
     tokens_per_s = metrics["tokens"] / max(elapsed, 1e-9)
     overall = _means(sums.pop("all"))
+    kinds = sums.pop("kinds", None)
     record = {"step": position.step, "epoch": position.epoch, "loss": round(metrics["loss"], 6),
               "dpo_loss": round(metrics["preference"], 6), **{k: v for k, v in overall.items()
                                                                if k != "loss"},
               "sources": {source: _means(values) for source, values in sums.items()},
+              **({"kinds": {pattern: _means(values) for pattern, values in kinds.items()}}
+                 if kinds else {}),
               "mch": round(metrics["mch"], 6),
               "mch_acc": metrics["mch_correct"] / metrics["mch_steps"] if metrics["mch_steps"] else None,
               "mch_steps": int(metrics["mch_steps"]),
