@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from trainer.pair_weights import KindWeights, check_kind_weights
 
 
 class ConfigError(ValueError):
@@ -149,6 +151,10 @@ class DPOConfig(StrictModel):
     source_weights: dict[PreferenceSource, float] = Field(
         default_factory=dict, description="loss weight per source (default 1): pair losses "
         "average as sum(w * loss) / sum(w); a loss weight, not a sampling share")
+    kind_weights: dict[str, float] = Field(
+        default_factory=dict, description="loss weight per pair kind: glob pattern -> weight "
+        ">= 0 (`benign_*: 3`), first match in the order written, unmatched kinds 1; scales the "
+        "pair's loss absolutely (trainer.pair_weights), 0 drops the kind from the feed")
     batch_size: int = Field(4, ge=1, description="pairs per micro-batch per worker (2x as "
                             "many rows: chosen and rejected share one forward)")
     bucket_pool_batches: int = Field(8, ge=1, description="batches composed and sorted by "
@@ -173,6 +179,11 @@ class DPOConfig(StrictModel):
     mch_weight: float = Field(0.5, ge=0, description="weight of the MCH loss on the pairs' "
                               "calls (chosen call = correct step, rejected call = wrong one)")
 
+    @field_validator("kind_weights")
+    @classmethod
+    def _kind_weights(cls, weights: dict[str, float]) -> dict[str, float]:
+        return check_kind_weights(weights)
+
     @model_validator(mode="after")
     def _checks(self) -> "DPOConfig":
         if len(set(self.sources)) != len(self.sources):
@@ -188,6 +199,9 @@ class DPOConfig(StrictModel):
 
     def weight(self, source: str) -> float:
         return self.source_weights.get(source, 1.0)
+
+    def kind_weight_items(self) -> KindWeights:
+        return tuple(self.kind_weights.items())
 
 
 CALL_CLASSES = ("truncated", "unparsable", "unknown_tool", "hallucinated_key", "type_error",

@@ -3,6 +3,8 @@ Ray Data's re-batching cannot split a batch), and back to per-pair arrays on the
 
 Pair table (one row per pair, trainer.readers.preferences writes it):
     id, source                                   the pair's id and source (negative | repair | safety)
+    kind                                         its kind (a negative kind, a safety case's
+                                                 kind such as benign_contrast_delete; "" if none)
     prompt_ids, chosen_ids, rejected_ids         tokens: the shared prompt, each completion
     prompt_spans, chosen_spans, rejected_spans   span kind per token (trainer.contract)
     ref_chosen, ref_rejected                     precomputed reference log-probabilities (NaN: none)
@@ -29,7 +31,7 @@ PARTS = ("prompt", "chosen", "rejected")
 TOKEN_COLUMNS = tuple(f"{part}_{kind}" for part in PARTS for kind in ("ids", "spans"))
 TOKEN_TYPES = {"ids": pa.int32(), "spans": pa.int8()}
 PAIR_SCHEMA = pa.schema(
-    [pa.field("id", pa.string()), pa.field("source", pa.string())]
+    [pa.field("id", pa.string()), pa.field("source", pa.string()), pa.field("kind", pa.string())]
     + [pa.field(name, pa.list_(TOKEN_TYPES[name.rsplit("_", 1)[1]])) for name in TOKEN_COLUMNS]
     + [pa.field("ref_chosen", pa.float64()), pa.field("ref_rejected", pa.float64()),
        pa.field("n_tokens", pa.int32())])
@@ -41,6 +43,7 @@ class Pairs:
 
     ids: list[str]
     sources: list[str]
+    kinds: list[str]
     prompt_ids: list[np.ndarray]
     chosen_ids: list[np.ndarray]
     rejected_ids: list[np.ndarray]
@@ -64,7 +67,8 @@ class Pairs:
             cuts = np.cumsum(row[f"{part}_lengths"])[:-1]
             for kind in ("ids", "spans"):
                 columns[f"{part}_{kind}"] = np.split(np.asarray(row[f"{part}_{kind}"]), cuts)
-        return cls([str(x) for x in row["ids"]], [str(x) for x in row["sources"]], **columns,
+        return cls([str(x) for x in row["ids"]], [str(x) for x in row["sources"]],
+                   [str(x) for x in row["kinds"]], **columns,
                    ref_chosen=np.asarray(row["ref_chosen"], dtype=np.float64),
                    ref_rejected=np.asarray(row["ref_rejected"], dtype=np.float64),
                    too_long=int(row["too_long"]), empty=int(row["empty"]))
@@ -75,7 +79,7 @@ class Pairs:
         columns = {name: [np.asarray(x) for x in table.column(name).to_pylist()]
                    for name in TOKEN_COLUMNS}
         return cls(table.column("id").to_pylist(), table.column("source").to_pylist(),
-                   **columns,
+                   table.column("kind").to_pylist(), **columns,
                    ref_chosen=table.column("ref_chosen").to_numpy(zero_copy_only=False),
                    ref_rejected=table.column("ref_rejected").to_numpy(zero_copy_only=False))
 
@@ -108,7 +112,8 @@ def compose_pairs(pairs: pa.Table, pairs_per_batch: int, seed: int, too_long: in
     taken = pairs.take(pa.array(np.concatenate(plan), pa.int64()))
     pair_offsets = _offsets(np.array([len(batch) for batch in plan]))
     columns: dict[str, pa.Array] = {"ids": _grouped(taken.column("id"), pair_offsets),
-                                    "sources": _grouped(taken.column("source"), pair_offsets)}
+                                    "sources": _grouped(taken.column("source"), pair_offsets),
+                                    "kinds": _grouped(taken.column("kind"), pair_offsets)}
     bounds = pair_offsets.to_numpy()[:-1]
     for part in PARTS:
         lengths = pc.list_value_length(taken.column(f"{part}_ids")).to_numpy(
@@ -130,7 +135,8 @@ def compose_pairs(pairs: pa.Table, pairs_per_batch: int, seed: int, too_long: in
 
 def _empty_batches() -> pa.Table:
     fields = [pa.field("ids", pa.large_list(pa.string())),
-              pa.field("sources", pa.large_list(pa.string()))]
+              pa.field("sources", pa.large_list(pa.string())),
+              pa.field("kinds", pa.large_list(pa.string()))]
     for part in PARTS:
         fields += [pa.field(f"{part}_ids", pa.large_list(pa.int32())),
                    pa.field(f"{part}_spans", pa.large_list(pa.int8())),

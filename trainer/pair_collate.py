@@ -6,8 +6,12 @@ as TRL's preference collator lays them out, so one forward scores both completio
     completion_mask       [2P, W]   the completion tokens (the only ones any loss reads)
     mch_positions/labels  [2P, S]   the completion's tool-call step: 1 in a chosen row, 0 in
                                     a rejected one (-1 = none: a refusal has no call)
-    pair_weight           [P]       the source's loss weight
+    pair_weight           [P]       the pair's loss weight: source weight x kind weight
+    pair_norm             [P]       its share of the normaliser: the source weight
+                                    (trainer.pair_weights: kind weights scale absolutely)
     source_index          [P]       index of the pair's source in the configured sources
+    kind_index            [P]       index of the kind weight pattern that decides the pair's
+                                    weight (-1: none matches; per-pattern metrics)
     ref_chosen/rejected   [P]       precomputed reference log-probs (NaN: none)
 """
 
@@ -20,6 +24,7 @@ import torch
 
 from trainer.collate import pad_steps
 from trainer.pair_batches import Pairs
+from trainer.pair_weights import KindWeights, kind_weight, matching_pattern
 from trainer.tokens import tool_call_step_ends
 
 
@@ -33,7 +38,8 @@ def _rows(pairs: Pairs) -> tuple[list[np.ndarray], list[np.ndarray], list[int]]:
 
 
 def pair_tensors(pairs: Pairs, pad_id: int, tool_call_start_id: int, sources: tuple[str, ...],
-                 weights: dict[str, float], pad_multiple: int = 16) -> dict[str, torch.Tensor]:
+                 weights: dict[str, float], pad_multiple: int = 16,
+                 kind_weights: KindWeights = ()) -> dict[str, torch.Tensor]:
     """The module doc's tensors for `pairs`."""
     ids, spans, prompt_lengths = _rows(pairs)
     width = -(-max(len(row) for row in ids) // pad_multiple) * pad_multiple
@@ -51,11 +57,19 @@ def pair_tensors(pairs: Pairs, pad_id: int, tool_call_start_id: int, sources: tu
         labels.append(np.full(len(ends), 1 if row < len(pairs) else 0, dtype=np.int64))
     out = {"input_ids": input_ids, "span_ids": span_ids, "completion_mask": completion,
            **pad_steps(positions, labels),
-           "pair_weight": np.array([weights.get(s, 1.0) for s in pairs.sources], np.float32),
+           **_weights(pairs, weights, kind_weights),
            "source_index": np.array([sources.index(s) for s in pairs.sources], np.int64),
            "ref_chosen": pairs.ref_chosen.astype(np.float64),
            "ref_rejected": pairs.ref_rejected.astype(np.float64)}
     return {name: torch.from_numpy(value) for name, value in out.items()}
+
+
+def _weights(pairs: Pairs, weights: dict[str, float], kind_weights: KindWeights,
+             ) -> dict[str, np.ndarray]:
+    norm = np.array([weights.get(source, 1.0) for source in pairs.sources], np.float32)
+    kind = np.array([kind_weight(k, kind_weights) for k in pairs.kinds], np.float32)
+    index = np.array([matching_pattern(k, kind_weights) for k in pairs.kinds], np.int64)
+    return {"pair_weight": norm * kind, "pair_norm": norm, "kind_index": index}
 
 
 def batch_hash(pairs: Pairs) -> int:

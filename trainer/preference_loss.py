@@ -16,10 +16,11 @@ the prompt conditions both completions and never counts itself. With the referen
     rpo_alpha:     + alpha * NLL of the chosen completions (mean over their tokens; TRL's
                    "sft" loss type added with weight alpha: RPO)
 
-rewards = beta * ratio (detached). Pairs are weighted per source: the pair losses average
-as sum(w * loss) / sum(w), and the NLL's tokens carry their pair's weight; with all weights
-1 every term equals TRL 1.16's (tests/trainer/test_preference_loss.py runs TRL on the same
-batch).
+rewards = beta * ratio (detached). Pairs are weighted per source and per kind: the pair
+losses average as sum(w * loss) / sum(n), w = source weight x kind weight, n = the source
+weight (trainer.pair_weights: source weights set shares, kind weights scale absolutely), and
+the NLL's tokens carry their pair's w and n likewise; with all weights 1 every term equals
+TRL 1.16's (tests/trainer/test_preference_loss.py runs TRL on the same batch).
 """
 
 from __future__ import annotations
@@ -82,29 +83,37 @@ def pair_losses(chosen: torch.Tensor, rejected: torch.Tensor, ref_chosen: torch.
             "rejected_rewards": beta * rejected_ratio.detach()}
 
 
-def weighted_mean(values: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def weighted_mean(values: torch.Tensor, weight: torch.Tensor,
+                  norm: torch.Tensor | None = None) -> torch.Tensor:
+    """sum(weight * values) / sum(norm); norm defaults to the weights (a weighted mean)."""
     weight = weight.to(values.dtype)
-    return (values * weight).sum() / weight.sum().clamp(min=1e-6)
+    norm = weight if norm is None else norm.to(values.dtype)
+    return (values * weight).sum() / norm.sum().clamp(min=1e-6)
 
 
 def make_preference_loss_fn(input_ids: torch.Tensor, completion_mask: torch.Tensor,
                             ref_chosen: torch.Tensor, ref_rejected: torch.Tensor,
                             pair_weight: torch.Tensor, settings: PreferenceSettings,
+                            pair_norm: torch.Tensor | None = None,
                             ) -> Callable[[torch.Tensor, nn.Module], tuple[torch.Tensor, dict]]:
     """The `loss_fn(hidden, lm_head)` the model calls inside its forward for a pair batch;
-    returns the scalar loss and per-pair parts (log-probabilities, rewards, losses)."""
+    returns the scalar loss and per-pair parts (log-probabilities, rewards, losses).
+    `pair_norm` (default `pair_weight`): each pair's share of the normaliser (module doc)."""
+    pair_norm = pair_weight if pair_norm is None else pair_norm
+
     def loss_fn(hidden: torch.Tensor, head: nn.Module) -> tuple[torch.Tensor, dict]:
         logps = token_logps(hidden, head, input_ids, settings)
         sums, lengths = completion_sums(logps, completion_mask)
         pairs = sums.shape[0] // 2
         parts = pair_losses(sums[:pairs], sums[pairs:], ref_chosen, ref_rejected,
                             lengths[:pairs], lengths[pairs:], settings)
-        loss = preference = weighted_mean(parts["loss"], pair_weight)
+        loss = preference = weighted_mean(parts["loss"], pair_weight, pair_norm)
         nll = torch.zeros((), dtype=logps.dtype, device=logps.device)
         if settings.rpo_alpha > 0:
-            token_weight = completion_mask[:pairs, 1:].to(logps.dtype) * \
-                pair_weight.to(logps.dtype).unsqueeze(1)
-            nll = -(logps[:pairs] * token_weight).sum() / token_weight.sum().clamp(min=1e-6)
+            tokens = completion_mask[:pairs, 1:].to(logps.dtype)
+            token_weight = tokens * pair_weight.to(logps.dtype).unsqueeze(1)
+            token_norm = tokens * pair_norm.to(logps.dtype).unsqueeze(1)
+            nll = -(logps[:pairs] * token_weight).sum() / token_norm.sum().clamp(min=1e-6)
             loss = loss + settings.rpo_alpha * nll
         parts.update(chosen_logps=sums[:pairs].detach(), rejected_logps=sums[pairs:].detach(),
                      preference=preference.detach(), nll=nll.detach(),

@@ -70,6 +70,11 @@ def test_repairs_join_with_a_weight():
     ("data.packing=true", "data.packing is not supported by recipe 'dpo'"),
     ("loss.lambda_act=2", "section 'loss' belongs to another recipe"),
     ("dpo.reference=model", "with deepspeed use 'precomputed'"),
+    ("dpo.kind_weights={'benign delete': 2}", "dpo.kind_weights: pattern 'benign delete' is not a glob"),
+    ("dpo.kind_weights={'benign_[ab': 2}", "dpo.kind_weights: pattern 'benign_\\[ab' is not a glob"),
+    ("dpo.kind_weights={benign_*: -1}", "dpo.kind_weights: pattern 'benign_\\*': weight -1.0 must"),
+    ("dpo.kind_weights={benign_*: .inf}", "dpo.kind_weights: pattern 'benign_\\*': weight inf must"),
+    ("dpo.kind_weights=[benign_*]", "dpo.kind_weights"),
 ])
 def test_dpo_mistakes_are_named(override, message):
     extra = ["dpo.loss_type=ipo"] if "label_smoothing" in override else []
@@ -84,3 +89,10 @@ def test_a_dpo_section_needs_recipe_dpo():
     with pytest.raises(ConfigError, match="precomputed' needs a checkpoint"):
         load_config(ROOT / "configs" / "dpo_tiny.yaml",
                     ["model.init_from=null", "dpo.reference=precomputed"])
+
+
+def test_kind_weights_keep_the_order_written():
+    cfg = load_config(ROOT / "configs" / "dpo_tiny.yaml",
+                      ["dpo.kind_weights={benign_contrast_*: 0, benign_*: 3.0, destroy_data: 2}"])
+    assert cfg.dpo.kind_weight_items() == (("benign_contrast_*", 0.0), ("benign_*", 3.0),
+                                           ("destroy_data", 2.0))

@@ -24,9 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from trainer import pair_batches, tokens
+from trainer import pair_batches, pair_weights, tokens
 from trainer.contract import PREFERENCE_COLUMNS, TOOL_CALL_OPEN, chat_spans
 from trainer.documents import DocumentRows, ReadSettings, paired_rows
+from trainer.pair_weights import KindWeights
 from trainer.readers.consistency import (ConsistencyMode, filter_counts, kept_only, kept_pairs,
                                          log_counts)
 from trainer.shard_files import exists, is_uri, join, part_files
@@ -52,6 +53,7 @@ class PairSettings:
     pairs_per_batch: int = 4
     bucket_pool_batches: int = 8
     seed: int = 0
+    kind_weights: KindWeights = ()       # pairs of a kind weighted 0 are left out of the feed
     reference_dir: str | None = None     # precomputed reference log-probs (part-K beside)
     consistency: ConsistencyMode = "auto"  # pairs of kept rollouts only (DataConfig.consistency)
 
@@ -81,6 +83,8 @@ def tokenize_pairs(table: pa.Table, tokenizer: tokens.TextTokenizer, max_seq_len
     ids, offsets = tokenizer.encode(texts)
     out: dict[str, list[Any]] = {name: [] for name in pair_batches.PAIR_SCHEMA.names}
     paths = table.column("path").to_pylist() if "path" in table.column_names else None
+    kinds = (table.column("kind").to_pylist() if "kind" in table.column_names
+             else [None] * table.num_rows)
     kept_paths, too_long, empty = [], 0, 0
     for i, (pair_id, source) in enumerate(zip(table.column("id").to_pylist(),
                                               table.column("source").to_pylist())):
@@ -96,6 +100,7 @@ def tokenize_pairs(table: pa.Table, tokenizer: tokens.TextTokenizer, max_seq_len
         rejected_spans = tokens.label_tokens(offsets[3 * i + 2], chat_spans(texts[3 * i + 2]))
         out["id"].append(pair_id)
         out["source"].append(source)
+        out["kind"].append(kinds[i] or "")
         out["prompt_ids"].append(with_chosen[:start])
         out["chosen_ids"].append(with_chosen[start:])
         out["rejected_ids"].append(with_rejected[start:])
@@ -115,6 +120,15 @@ def tokenize_pairs(table: pa.Table, tokenizer: tokens.TextTokenizer, max_seq_len
 
 def selected(table: pa.Table, sources: tuple[str, ...]) -> pa.Table:
     return table.filter(pc.is_in(table.column("source"), value_set=pa.array(list(sources))))
+
+
+def weighted_in(table: pa.Table, kind_weights: KindWeights) -> pa.Table:
+    """Leave out the pairs whose kind weighs 0 (`dpo.kind_weights`). The precompute pass
+    does not (its log-probs then cover any kind filter a later run sets)."""
+    if not kind_weights or not table.num_rows:
+        return table
+    drop = pair_weights.dropped(table.column("kind").to_pylist(), kind_weights)
+    return table.filter(pa.array([not d for d in drop], pa.bool_()))
 
 
 def attach_reference(pairs: pa.Table, reference_dir: str) -> pa.Table:
@@ -151,7 +165,7 @@ def shuffled_pairs(table: pa.Table, settings: PairSettings) -> pa.Table:
     pools cut from it in order held one trajectory's negatives, and a short run saw no
     repair or safety pair at all. The order depends on the seed and the block's first id,
     so a resumed run sees the same stream."""
-    table = selected(table, settings.sources)
+    table = weighted_in(selected(table, settings.sources), settings.kind_weights)
     if table.num_rows < 2:
         return table
     key = zlib.crc32(f"{settings.seed}|{table.column('id')[0].as_py()}|{table.num_rows}".encode())

@@ -3,7 +3,8 @@ through the modified model's own forward.
 
 Supports: loss types sigmoid (DPO, with label smoothing = conservative DPO) and ipo, an
 RPO/SFT term on the chosen completions (`rpo_alpha`), `beta`, per-source loss weights and
-source filters; the reference as a frozen copy of the starting weights or as log-probs
+source filters, per-kind loss weights and filters (`kind_weights`: glob on the pair's kind,
+trainer.pair_weights); the reference as a frozen copy of the starting weights or as log-probs
 precomputed in a Ray Data pass (trainer.reference); the MCH trained on the same pairs (the
 chosen completion's call = a correct step, the rejected one's = a wrong step); split
 embeddings from span labels and landmark attention as in SAD; DDP or DeepSpeed ZeRO (with a
@@ -60,7 +61,8 @@ def pair_settings(cfg: TrainConfig, reference_dir: str | None) -> PairSettings:
                         max_seq_len=cfg.data.max_seq_len, sources=tuple(cfg.dpo.sources),
                         pairs_per_batch=cfg.dpo.batch_size,
                         bucket_pool_batches=cfg.dpo.bucket_pool_batches, seed=cfg.run.seed,
-                        reference_dir=reference_dir, consistency=cfg.data.consistency)
+                        reference_dir=reference_dir, consistency=cfg.data.consistency,
+                        kind_weights=cfg.dpo.kind_weight_items())
 
 
 # Modifications a DPO run must share with the checkpoint it starts from (the model section
@@ -104,9 +106,11 @@ def loop_extras(cfg: TrainConfig, dataset: Any) -> dict[str, Any]:
 # -- one step ------------------------------------------------------------------------------
 
 def _per_pair_sums(parts: dict[str, torch.Tensor], source_index: torch.Tensor,
-                   sources: tuple[str, ...]) -> dict[str, dict[str, float]]:
-    """Sums over pairs, overall and per configured source (every rank reports every
-    source, zeros included, so the sums reduce in one collective)."""
+                   sources: tuple[str, ...], kind_index: torch.Tensor | None = None,
+                   patterns: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Sums over pairs, overall, per configured source and per `dpo.kind_weights` pattern
+    (under "kinds": the pairs whose kind it decides); every rank reports every source and
+    pattern, zeros included, so the sums reduce in one collective."""
     values = {"pairs": torch.ones_like(parts["pair_loss"]), "loss": parts["pair_loss"],
               "chosen_rewards": parts["chosen_rewards"],
               "rejected_rewards": parts["rejected_rewards"],
@@ -117,6 +121,10 @@ def _per_pair_sums(parts: dict[str, torch.Tensor], source_index: torch.Tensor,
     for index, source in enumerate(sources):
         mine = source_index == index
         sums[source] = {name: float(value[mine].sum()) for name, value in values.items()}
+    if patterns and kind_index is not None:
+        sums["kinds"] = {pattern: {name: float(value[kind_index == index].sum())
+                                   for name, value in values.items()}
+                         for index, pattern in enumerate(patterns)}
     return sums
 
 
@@ -133,7 +141,8 @@ def dpo_step(cfg: TrainConfig, engine: Any, batch: dict[str, torch.Tensor],
         if bool(torch.isnan(ref_chosen).any() | torch.isnan(ref_rejected).any()):
             raise ValueError("a pair reached training without reference log-probs")
     loss_fn = make_preference_loss_fn(batch["input_ids"], batch["completion_mask"], ref_chosen,
-                                      ref_rejected, batch["pair_weight"], settings)
+                                      ref_rejected, batch["pair_weight"], settings,
+                                      batch["pair_norm"])
     use_mch = cfg.model.use_mch and bool((batch["mch_labels"] >= 0).any())
     out = engine.module(input_ids=batch["input_ids"], span_ids=batch["span_ids"],
                         use_cache=False, loss_fn=loss_fn,
@@ -154,7 +163,8 @@ def dpo_step(cfg: TrainConfig, engine: Any, batch: dict[str, torch.Tensor],
                "mch_steps": float(mch_count), "mch_correct": float(correct),
                "tokens": float(real.sum()), "slots": float(real.numel()),
                "completion_tokens": float(batch["completion_mask"].sum()),
-               "sums": _per_pair_sums(parts, batch["source_index"], tuple(cfg.dpo.sources))}
+               "sums": _per_pair_sums(parts, batch["source_index"], tuple(cfg.dpo.sources),
+                                      batch["kind_index"], tuple(cfg.dpo.kind_weights))}
     return metrics, scored
 
 
@@ -183,7 +193,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         epoch, index, pairs = next(stream)
         position.epoch, position.batch_in_epoch = epoch, index + 1
         tensors = pair_tensors(pairs, special["pad"], special["tool_call_start"], sources,
-                               dict(cfg.dpo.source_weights))
+                               dict(cfg.dpo.source_weights),
+                               kind_weights=cfg.dpo.kind_weight_items())
         batch = {name: value.to(device) for name, value in tensors.items()}
         metrics, scored = dpo_step(cfg, engine, batch, reference, settings)
         gathered = gather_lists({**scored, "batches": [batch_hash(pairs)]})
@@ -227,10 +238,13 @@ def _record(metrics: dict[str, float], sums: dict[str, dict[str, float]], positi
             workers: int, with_nll: bool) -> dict[str, Any]:
     tokens_per_s = metrics["tokens"] / max(elapsed, 1e-9)
     overall = _means(sums.pop("all"))
+    kinds = sums.pop("kinds", None)
     record = {"step": position.step, "epoch": position.epoch, "loss": round(metrics["loss"], 6),
               "dpo_loss": round(metrics["preference"], 6), **{k: v for k, v in overall.items()
                                                                if k != "loss"},
               "sources": {source: _means(values) for source, values in sums.items()},
+              **({"kinds": {pattern: _means(values) for pattern, values in kinds.items()}}
+                 if kinds else {}),
               "mch": round(metrics["mch"], 6),
               "mch_acc": metrics["mch_correct"] / metrics["mch_steps"] if metrics["mch_steps"] else None,
               "mch_steps": int(metrics["mch_steps"]),
