@@ -247,3 +247,28 @@ def test_step_batches_bound_padding():
     assert [len(b) for b in scorer._batches(fake)] == [6]
     scorer.max_rows = 4
     assert [len(b) for b in scorer._batches(fake)] == [4, 2]
+
+
+def test_decode_attention_reads_grouped_kv_heads_in_place_with_the_same_result(monkeypatch):
+    """With a padding mask Transformers copies every K/V head group (`repeat_kv`) before sdpa;
+    inside `grouped_query_sdpa_on_cpu` it does not, and the logits are the same."""
+    from transformers.integrations import sdpa_attention
+
+    from trainer.step_scorer import grouped_query_sdpa_on_cpu
+
+    model = tiny_model().double()  # 4 query heads over 2 K/V heads
+    torch.manual_seed(0)
+    ids = torch.randint(0, 320, (2, 12))
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0  # a left-padded row, as in the decode cache
+    copies, original, repeat = [], sdpa_attention.use_gqa_in_sdpa, sdpa_attention.repeat_kv
+    monkeypatch.setattr(sdpa_attention, "repeat_kv", lambda h, n: copies.append(n) or repeat(h, n))
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=mask).logits
+        assert copies == [2] * 4  # K and V in each of the 2 layers
+        copies.clear()
+        with grouped_query_sdpa_on_cpu():
+            grouped = model(input_ids=ids, attention_mask=mask).logits
+    assert not copies and sdpa_attention.use_gqa_in_sdpa is original
+    real = mask.bool()
+    torch.testing.assert_close(grouped[real], plain[real], rtol=0, atol=1e-12)
