@@ -86,6 +86,16 @@ def build_tokenizer(shards: str, name: str, out: Path) -> str:
     return str(directory)
 
 
+def timed_scores(checkpoint: str, args: argparse.Namespace) -> dict:
+    """Held-out scores plus the evaluation's own CPU and wall seconds: for a 135M model the
+    evaluation, not the training, is most of a variant's cost on this machine."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    scores, report = score_checkpoint(checkpoint, args.num_tasks, shards=[args.shards])
+    return {**scores, "eval_cpu_s": round(time.process_time() - cpu, 1),
+            "eval_wall_s": round(time.perf_counter() - wall, 1),
+            "eval_seconds_by_part": (report.get("step_level") or {}).get("seconds_by_part")}
+
+
 def run_variant(name: str, args: argparse.Namespace, out: Path) -> dict:
     tokenizer_name, overrides = VARIANTS[name]
     if tokenizer_name == "pretrained":
@@ -93,7 +103,7 @@ def run_variant(name: str, args: argparse.Namespace, out: Path) -> dict:
             raise SystemExit(f"variant {name} needs --pretrained DIR (scripts/convert_smollm2.py)")
         tokenizer = args.pretrained
         if name in ZERO_SHOT:
-            scores, _ = score_checkpoint(args.pretrained, args.num_tasks, shards=[args.shards])
+            scores = timed_scores(args.pretrained, args)
             return {"variant": name, "tokenizer": tokenizer_name, "overrides": [], "steps": 0,
                     "cpu_s": 0.0, **scores, "load": os.getloadavg()}
         overrides = [o.format(pretrained=args.pretrained) for o in overrides]
@@ -109,8 +119,7 @@ def run_variant(name: str, args: argparse.Namespace, out: Path) -> dict:
     cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"max_steps": steps})})
     run = train_locally(cfg, rows.take(steps), out / name / "checkpoint",
                         max_cpu_s=1.5 * args.cpu_budget, deadline=args.deadline)
-    scores, _ = score_checkpoint(str(out / name / "checkpoint"), args.num_tasks,
-                                 shards=[args.shards])
+    scores = timed_scores(str(out / name / "checkpoint"), args)
     return {"variant": name, "tokenizer": tokenizer_name, "overrides": overrides,
             **run.summary(), "planned_steps": steps, "epochs": round(rows.epochs(steps), 2),
             "compose_cpu_s": round(rows.cpu_seconds, 1), **scores, "load": os.getloadavg()}

@@ -194,3 +194,81 @@ def test_checkpoint_scorer_equals_full_forwards_and_the_policys_greedy_turns(
             full = _full_forward(model, neg_ids, neg_labels, [at]).mch_logits
             np.testing.assert_allclose(confidence, float(torch.sigmoid(full[0, 0])), **close)
         assert len(checked) == len(example.calls)
+
+
+def test_batched_decode_drops_finished_rows_and_matches_one_job_at_a_time(examples, tokenizer):
+    """Rows leave the decode batch when they close or reach their own budget: every job's
+    greedy turn equals the one it gets decoded alone, with budgets of 3, 9 and 6 tokens and a
+    job that closes early (the end-of-turn id set to a token that job generates)."""
+    from trainer.step_scorer import TorchStepScorer
+
+    ids = special_ids(tokenizer)
+    model = tiny_model(vocab_size=1024, split_embeddings=True, initializer_range=0.5,
+                       tool_call_start_id=ids["tool_call_start"], im_end_id=ids["im_end"]).double()
+    chosen = examples[:2]
+    width = max(len(e.ids) for e in chosen)
+    batch = torch.full((2, width), ids["pad"], dtype=torch.long)
+    spans = torch.full_like(batch, -1)
+    for row, example in enumerate(chosen):
+        batch[row, :len(example.ids)] = torch.tensor(example.ids)
+        spans[row, :len(example.ids)] = torch.from_numpy(example.span_ids.astype(np.int64))
+    with torch.no_grad():
+        out = model(input_ids=batch, span_ids=spans, use_cache=True, return_hidden=True,
+                    logits_to_keep=1)
+    jobs = [(0, chosen[0].calls[0].prompt_len, 3), (0, chosen[0].calls[-1].prompt_len, 9),
+            (1, chosen[1].calls[1].prompt_len, 6)]
+    scorer = TorchStepScorer(model, tokenizer)
+
+    def alone() -> list[list[int]]:
+        with torch.no_grad():
+            return [scorer._decode(out.hidden, out.past_key_values, [job])[0] for job in jobs]
+
+    scorer.ids = {**scorer.ids, "im_end": alone()[1][3]}  # job 1 now ends at its 4th token
+    reference = alone()
+    assert [len(turn) for turn in reference] == [3, 4, 6]
+    with torch.no_grad():
+        assert scorer._decode(out.hidden, out.past_key_values, jobs) == reference
+
+
+def test_step_batches_bound_padding():
+    """Trajectories of very different lengths go to different forward batches (padding
+    costs a full forward per position); similar ones share one."""
+    from types import SimpleNamespace
+
+    from trainer.step_scorer import TorchStepScorer
+
+    lengths = [4295, 1510, 2433, 1629, 4144, 2446]
+    fake = [SimpleNamespace(ids=[0] * n) for n in lengths]
+    scorer = TorchStepScorer.__new__(TorchStepScorer)
+    scorer.batch_tokens, scorer.max_rows, scorer.max_padding = 32_768, 8, 0.25
+    assert [[lengths[i] for i in b] for b in scorer._batches(fake)] == [
+        [1510, 1629], [2433, 2446], [4144, 4295]]
+    scorer.max_padding = 1.0
+    assert [len(b) for b in scorer._batches(fake)] == [6]
+    scorer.max_rows = 4
+    assert [len(b) for b in scorer._batches(fake)] == [4, 2]
+
+
+def test_decode_attention_reads_grouped_kv_heads_in_place_with_the_same_result(monkeypatch):
+    """With a padding mask Transformers copies every K/V head group (`repeat_kv`) before sdpa;
+    inside `grouped_query_sdpa_on_cpu` it does not, and the logits are the same."""
+    from transformers.integrations import sdpa_attention
+
+    from trainer.step_scorer import grouped_query_sdpa_on_cpu
+
+    model = tiny_model().double()  # 4 query heads over 2 K/V heads
+    torch.manual_seed(0)
+    ids = torch.randint(0, 320, (2, 12))
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0  # a left-padded row, as in the decode cache
+    copies, original, repeat = [], sdpa_attention.use_gqa_in_sdpa, sdpa_attention.repeat_kv
+    monkeypatch.setattr(sdpa_attention, "repeat_kv", lambda h, n: copies.append(n) or repeat(h, n))
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=mask).logits
+        assert copies == [2] * 4  # K and V in each of the 2 layers
+        copies.clear()
+        with grouped_query_sdpa_on_cpu():
+            grouped = model(input_ids=ids, attention_mask=mask).logits
+    assert not copies and sdpa_attention.use_gqa_in_sdpa is original
+    real = mask.bool()
+    torch.testing.assert_close(grouped[real], plain[real], rtol=0, atol=1e-12)
