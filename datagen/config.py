@@ -12,17 +12,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
+from datagen.config_files import ConfigError, read_yaml, set_dotted, shape_problem
+from datagen.config_files import parse_override  # noqa: F401  (the CLI's and tests' import)
 from datagen.credentials import redact_credentials
 from datagen.envs import DEFAULT_ENVS, available_envs, import_modules, resolve_env
 from datagen.teachers.config import TeacherConfig  # backend sections live with the teachers
-
-
-class ConfigError(ValueError):
-    """A config that cannot run; the message names the field and the allowed values."""
 
 
 # Bounds that keep a typo from becoming a run that cannot end or a plan that cannot fit:
@@ -31,15 +28,7 @@ class ConfigError(ValueError):
 MAX_TRAJECTORIES = 10_000_000_000
 MAX_CHUNKS = 1_000_000
 MAX_SEED = 2**63 - 1  # seeds travel as int64 (Parquet `task_seed`, orjson)
-MAX_CONFIG_BYTES = 1 << 20
-MAX_CONFIG_NODES = 100_000  # YAML aliases can expand a small file into billions of values
-# A real config nests 5 levels (teacher.openai.extra_body.x); orjson refuses 255, Python's
-# recursion limit stops pydantic and PyYAML's pure-Python parser at a few hundred.
-MAX_CONFIG_DEPTH = 32
 INT64_RANGE = (-2**63, 2**63 - 1)  # what JSON readers, Arrow and the backends take as an integer
-# libyaml parses a 1 MB document in 2 s where PyYAML's Python parser takes 9 s, and it refuses
-# flow nesting past 1,000 levels instead of running into Python's recursion limit.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class StrictModel(BaseModel):
@@ -459,106 +448,14 @@ def _format_errors(error: ValidationError, source: str) -> str:
     return "\n".join([f"invalid config ({source}):", *(f"  {line}" for line in lines)])
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """A YAML error in one line: PyYAML's own text spans several, with a caret picture."""
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    mark = getattr(exc, "problem_mark", None)
-    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-    return f"{problem}{where}"
-
-
-def _shape_problem(data: Any) -> str | None:
-    """Why `data` is too big for a config to check (values counted as pydantic would see
-    them, aliases expanded; nesting depth), or None. Stops at the first limit it passes."""
-    count, stack = 0, [(data, 0)]
-    while stack:
-        item, depth = stack.pop()
-        count += 1
-        if count > MAX_CONFIG_NODES:
-            return f"over {MAX_CONFIG_NODES:,} values once YAML aliases are expanded"
-        if depth > MAX_CONFIG_DEPTH:
-            return f"nested deeper than {MAX_CONFIG_DEPTH} levels"
-        if isinstance(item, dict):
-            stack.extend((key, depth + 1) for key in item.keys())
-            stack.extend((value, depth + 1) for value in item.values())
-        elif isinstance(item, list):
-            stack.extend((value, depth + 1) for value in item)
-    return None
-
-
-def _load_yaml(text: str) -> Any:
-    """YAML -> Python; ValueError (with a one-line reason) for anything that is not YAML a
-    config can hold."""
-    try:
-        return yaml.load(text, Loader=_YAML_LOADER)  # a SafeLoader: no Python objects
-    except yaml.YAMLError as exc:
-        raise ValueError(_yaml_problem(exc)) from None
-    except RecursionError:
-        raise ValueError(f"nested deeper than {MAX_CONFIG_DEPTH} levels") from None
-    except UnicodeError as exc:  # a --set value from non-UTF-8 argv bytes
-        raise ValueError(f"not UTF-8 text ({exc.reason})") from None
-    except ValueError as exc:  # an integer of over 4,300 digits, as Python refuses to parse
-        raise ValueError(str(exc).split(";")[0]) from None
-    except Exception as exc:  # PyYAML's constructors on odd explicit tags: `!!float` alone
-        # raises IndexError. A safe loader builds plain data only, so any failure here is
-        # the document's
-        raise ValueError(f"cannot be read ({type(exc).__name__}: {exc})") from None
-
-
-def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    for key in keys[:-1]:
-        data = data.setdefault(key, {})
-        if not isinstance(data, dict):
-            raise ConfigError(f"override {dotted}: {key} is not a section")
-    data[keys[-1]] = value
-
-
-def parse_override(item: str) -> tuple[str, Any]:
-    """`key.sub=value` with the value read as YAML (so numbers, booleans, lists and null
-    work)."""
-    key, sep, raw = item.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"override {item!r} must look like key=value")
-    try:
-        return key.strip(), _load_yaml(raw)
-    except ValueError as exc:
-        raise ConfigError(f"override {key.strip()}: not a YAML value: {exc}") from None
-
-
-def _read_yaml(path: str | Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # a NUL in the path (only from Python callers: argv has none)
-        raise ConfigError(f"cannot read config {path!r}: {exc}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config {path} is over {MAX_CONFIG_BYTES:,} bytes; a config is a "
-                          "few dozen lines")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"config {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
-                          f"offset {exc.start})") from None
-    try:
-        data = _load_yaml(text) or {}
-    except ValueError as exc:
-        raise ConfigError(f"config {path} is not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config {path} must be a YAML mapping, got {type(data).__name__}")
-    return data
-
-
 def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> GenerateConfig:
     """Read YAML (or start from defaults), apply dotted overrides (a None value sets the field
     to null: leave out the keys you do not override), validate."""
-    data = _read_yaml(path) if path else {}
+    data = read_yaml(path) if path else {}
     source = str(path) if path else "defaults"
     for key, value in (overrides or {}).items():
-        _set_dotted(data, key, value)
-    if problem := _shape_problem(data):
+        set_dotted(data, key, value)
+    if problem := shape_problem(data):
         raise ConfigError(f"invalid config ({source}): {problem}")
     try:
         return GenerateConfig.model_validate(data)

@@ -15,14 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from datagen.config_files import ConfigError, parse_override, read_yaml, set_dotted, shape_problem
 from trainer.pair_weights import KindWeights, check_kind_weights
-
-
-class ConfigError(ValueError):
-    """A config that cannot run; the message names the field."""
 
 
 class StrictModel(BaseModel):
@@ -442,23 +438,6 @@ def _format_errors(error: ValidationError, source: str, kind: str = "config") ->
     return "\n".join(lines)
 
 
-def parse_override(item: str) -> tuple[str, Any]:
-    """`key.sub=value`, the value read as YAML (numbers, booleans, lists work)."""
-    key, sep, raw = item.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"override {item!r} must look like key=value")
-    return key.strip(), yaml.safe_load(raw)
-
-
-def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    for key in keys[:-1]:
-        data = data.setdefault(key, {})
-        if not isinstance(data, dict):
-            raise ConfigError(f"override {dotted}: {key} is not a section")
-    data[keys[-1]] = value
-
-
 def load_config(path: str | Path | None, overrides: list[str] | None = None,
                 base: dict[str, Any] | None = None) -> TrainConfig:
     """YAML file (or `base`), then `key=value` overrides, then validation."""
@@ -472,15 +451,11 @@ def load_model(model: type[ModelT], path: str | Path | None, overrides: list[str
     data: dict[str, Any] = dict(base or {})
     source = str(path) if path else "arguments"
     if path:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read {kind} {path}: {exc}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{kind} {path} must be a YAML mapping")
-        data.update(loaded)
+        data.update(read_yaml(path, kind))
     for item in overrides or []:
-        _set_dotted(data, *parse_override(item))
+        set_dotted(data, *parse_override(item))
+    if problem := shape_problem(data):
+        raise ConfigError(f"invalid {kind} ({source}): {problem}")
     try:
         return model.model_validate(data)
     except ValidationError as exc:

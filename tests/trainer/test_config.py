@@ -96,3 +96,39 @@ def test_kind_weights_keep_the_order_written():
                       ["dpo.kind_weights={benign_contrast_*: 0, benign_*: 3.0, destroy_data: 2}"])
     assert cfg.dpo.kind_weight_items() == (("benign_contrast_*", 0.0), ("benign_*", 3.0),
                                            ("destroy_data", 2.0))
+
+
+HOSTILE_FILES = {
+    "an explicit tag PyYAML cannot build": (b"a: !!float\n", "not valid YAML"),
+    "nesting past the parser's limit": (b"a: " + b"[" * 100_000, "not valid YAML"),
+    "bytes that are not UTF-8": (b"\xff\xfe", "not UTF-8 text"),
+    "a top level that is no mapping": (b"- 1\n- 2\n", "must be a YAML mapping"),
+    "aliases that expand past the bound": (
+        b"a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+        + b"".join(b"%c: &%c [%s]\n" % (c, c, b", ".join([b"*" + bytes([c - 1])] * 10))
+                   for c in b"bcde")
+        + b"f: [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n",
+        "over 100,000 values"),
+    "a file of over a MiB": (b"a: 1\n" + b"#" * (1 << 20), "over 1,048,576 bytes"),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_FILES))
+def test_hostile_config_files_end_in_one_config_error(tmp_path, name):
+    """The trainer reads its YAML as `datagen generate` does: bounded, one named error each."""
+    content, message = HOSTILE_FILES[name]
+    path = tmp_path / "config.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_config(path)
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("run.max_steps=[1", "override run.max_steps: not a YAML value"),
+    ("run.max_steps", "must look like key=value"),
+    ("run.max_steps.x=1", "override run.max_steps.x: max_steps is not a section"),
+])
+def test_bad_overrides_end_in_one_config_error(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(ROOT / "configs" / "train_tiny.yaml", [override])

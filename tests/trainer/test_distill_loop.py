@@ -263,6 +263,10 @@ def test_bad_configs_fail_before_any_work_naming_the_field(tmp_path, loop_tokeni
         make_plan(load_loop_config(path, [f"round0.checkpoint={tmp_path}"]))
     with pytest.raises(ConfigError, match="(?s)student/critic: .*critics"):
         make_plan(load_loop_config(path, ["critic.backend=llm", "critic.llm={backend: oracle}"]))
+    with pytest.raises(ConfigError, match="round0.generate: .*negatives.kindz: unknown field"):
+        make_plan(load_loop_config(path, ["round0.generate_set={negatives.kindz: [x]}"]))
+    with pytest.raises(ConfigError, match="^round0.data: no manifest.json in"):
+        make_plan(load_loop_config(path, ["round0.generate=null", f"round0.data={tmp_path}"]))
     assert not (tmp_path / "loop").exists()  # nothing was started
 
 

@@ -29,20 +29,19 @@ POLICY_MODULE = "trainer.agent_backend"  # registers the `policy` teacher backen
 def base_generate_config(config: LoopConfig, out: Path) -> "GenerateConfig":
     """Round 0's datagen config with `out` set: from round0.generate (+ generate_set), else
     from the manifest of round0.data."""
-    from datagen.config import ConfigError as DatagenConfigError
     from datagen.config import GenerateConfig, load_config
 
-    try:
-        if config.round0.generate is not None:
-            overrides = {**config.round0.generate_set, "out": str(out), "progress": False}
+    if config.round0.generate is not None:
+        overrides = {**config.round0.generate_set, "out": str(out), "progress": False}
+        try:
             return load_config(config.round0.generate, overrides)
-        manifest = Path(config.round0.data) / "manifest.json"
-        if not manifest.is_file():
-            raise ConfigError(f"round0.data: no manifest.json in {config.round0.data}")
-        dump = json.loads(manifest.read_text())["config"]
-        return GenerateConfig.model_validate({**dump, "out": str(out), "progress": False})
-    except DatagenConfigError as exc:
-        raise ConfigError(f"round0.generate: {exc}") from None
+        except ConfigError as exc:  # datagen's and the trainer's ConfigError are one class
+            raise ConfigError(f"round0.generate: {exc}") from None
+    manifest = Path(config.round0.data) / "manifest.json"
+    if not manifest.is_file():
+        raise ConfigError(f"round0.data: no manifest.json in {config.round0.data}")
+    dump = json.loads(manifest.read_text())["config"]
+    return GenerateConfig.model_validate({**dump, "out": str(out), "progress": False})
 
 
 def student_generate_config(config: LoopConfig, base: "GenerateConfig", index: int,
