@@ -177,4 +177,32 @@ def test_inspect_of_a_damaged_or_foreign_out(tmp_path, capsys):
 def test_an_eval_report_that_cannot_be_written(tmp_path, capsys):
     target = tmp_path / "missing" / "irr.json"
     _fails_clearly(capsys, ["eval", "irr", "--num-tasks", "3", "--json", str(target)],
-                   f"cannot use {target}: No such file or directory")
+                   f"--json: cannot write {target}")
+    _fails_clearly(capsys, ["eval", "irr", "--num-tasks", "3", "--json", str(tmp_path)],
+                   f"--json: cannot write {tmp_path}")
+
+
+@pytest.mark.parametrize("name,why", [
+    ("bogus", "unknown environment 'bogus'"),
+    ("no_such_module:Env", "No module named 'no_such_module'"),
+    ("datagen.envs:resolve_env", "is not an Environment subclass"),
+])
+def test_eval_refuses_an_unknown_environment_before_any_episode(capsys, name, why):
+    _fails_clearly(capsys, ["eval", "irr", "--num-tasks", "3", "--envs", "sql", name],
+                   f"--envs: {name!r} is not an environment", why)
+
+
+@pytest.mark.parametrize("flag,value,why", [
+    ("--num-tasks", "0", "must be between 1 and 100,000"),
+    ("--num-tasks", "10**20", "is not an integer"),
+    ("--num-tasks", str(10**20), "must be between 1 and 100,000"),
+    ("--seed", "-1", "must be between 0 and"),
+    # an unrecovered episode plays to its budget: a billion extra turns never ended
+    ("--extra-turns", "1000000000", "must be between 0 and 32"),
+    ("--extra-turns", "-1", "must be between 0 and 32"),
+])
+def test_eval_bounds_its_numbers(capsys, flag, value, why):
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", "irr", flag, value])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and why in err and "Traceback" not in err, err
