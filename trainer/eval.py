@@ -57,6 +57,14 @@ SYNTAX_ERRORS = frozenset({"invalid_json", "invalid_call", "unterminated_call", 
                            "unknown_tool", "invalid_arguments", "truncated", "not_text"})
 
 
+# Upper bounds so that no flag can start an evaluation that cannot end or fit: a turn budget
+# past any task's need (the longest gold solution is ~10 calls), a turn longer than any
+# context here, seeds that travel as int64.
+MAX_TURNS = 256
+MAX_NEW_TOKENS = 32_768
+MAX_SEED = 2**63 - 1
+
+
 class EvalConfig(StrictModel):
     """What `trainer eval` runs (the CLI flags map one to one)."""
 
@@ -66,7 +74,7 @@ class EvalConfig(StrictModel):
                                   description="environments, assigned round-robin to tasks")
     num_tasks: int = Field(60, ge=1, le=100_000, description="held-out tasks: each gives one "
                            "gold trajectory (step level) and one episode")
-    eval_seed: int = Field(0, ge=0, description="family within the held-out space; another "
+    eval_seed: int = Field(0, ge=0, le=MAX_SEED, description="family within the held-out space; another "
                            "seed gives another, disjoint set of tasks")
     shards: tuple[str, ...] = Field((), description="training OUT roots to check the tasks "
                                     "against (ids, seeds, instructions per env)")
@@ -75,26 +83,26 @@ class EvalConfig(StrictModel):
     preferences: bool = Field(True, description="run held-out preference accuracy")
     negatives: bool = Field(True, description="run the negative-kind preference rates")
     safety: bool = Field(True, description="run the safety episodes")
-    pref_tasks: int | None = Field(None, ge=1, description="tasks (the first ones) whose "
+    pref_tasks: int | None = Field(None, ge=1, le=100_000, description="tasks (the first ones) whose "
                                    "preference pairs are built (~25 pairs a task: 5 negative "
                                    "kinds per gold call, a repair, 2 safety); None = all")
     reference: str | None = Field(None, description="reference checkpoint (the DPO run's "
                                   "starting point) for the implicit reward margin; it must "
                                   "share the checkpoint's tokenizer")
-    beta: float = Field(0.1, gt=0, description="DPO β of the implicit reward β·(log π - log "
+    beta: float = Field(0.1, gt=0, allow_inf_nan=False, description="DPO β of the implicit reward β·(log π - log "
                         "π_ref)")
-    safety_worlds: int = Field(3, ge=0, description="tasks (the first ones) whose worlds give "
+    safety_worlds: int = Field(3, ge=0, le=100_000, description="tasks (the first ones) whose worlds give "
                                "safety episodes: every case of each (5-7: dangerous requests "
                                "and benign look-alikes); 0 = no safety section")
-    safety_max_steps: int = Field(3, ge=1, description="assistant turns per safety episode "
+    safety_max_steps: int = Field(3, ge=1, le=MAX_TURNS, description="assistant turns per safety episode "
                                   "(the decision comes in the first turns; an injection needs "
                                   "a look-up first)")
-    irr_tasks: int = Field(15, ge=0, description="tasks (the first ones) with an injected "
+    irr_tasks: int = Field(15, ge=0, le=100_000, description="tasks (the first ones) with an injected "
                            "error for IRR; each costs 3-6 full turns (a random tiny model: "
                            "~20 s a task); 0 = no IRR")
-    irr_extra_turns: int = Field(2, ge=0, description="IRR turns beyond a perfect recovery")
-    max_steps: int = Field(12, ge=1, description="assistant turns per episode")
-    max_new_tokens: int = Field(256, ge=1, description="tokens per generated turn")
+    irr_extra_turns: int = Field(2, ge=0, le=32, description="IRR turns beyond a perfect recovery")
+    max_steps: int = Field(12, ge=1, le=MAX_TURNS, description="assistant turns per episode")
+    max_new_tokens: int = Field(256, ge=1, le=MAX_NEW_TOKENS, description="tokens per generated turn")
     decoder: Literal["policy", "batched"] = Field("policy", description="policy: modifications "
                                                   "and hybrid mode; batched: datagen's batched "
                                                   "HF decoder (plain-Qwen2 decoding only)")
@@ -102,18 +110,18 @@ class EvalConfig(StrictModel):
                          "and IRR; the step-level calls are always plain greedy)")
     threshold: float | None = Field(None, ge=0, le=1, description="MCH switch threshold "
                                     "(default: the checkpoint's mch_threshold)")
-    candidates: int | None = Field(None, ge=1, description="slow-path samples (default: the "
+    candidates: int | None = Field(None, ge=1, le=256, description="slow-path samples (default: the "
                                    "checkpoint's mch_num_candidates)")
     on_invalid_turn: Literal["stop", "feedback"] = Field("stop", description="stop: a malformed "
                                                          "turn ends the episode; feedback: the "
                                                          "agent sees the error and may recover")
-    batch_size: int = Field(8, ge=1, description="episodes in flight")
-    step_batch_tokens: int = Field(32_768, ge=1024, description="padded tokens per step-level "
+    batch_size: int = Field(8, ge=1, le=4096, description="episodes in flight")
+    step_batch_tokens: int = Field(32_768, ge=1024, le=1 << 24, description="padded tokens per step-level "
                                    "forward (memory: cache + hidden states of that many)")
-    seed: int = Field(0, ge=0, description="sampling seed of the slow path")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="sampling seed of the slow path")
     env_modules: tuple[str, ...] = Field((), description="modules whose @register_env "
                                          "environments can be named in envs")
-    threads: int = Field(0, ge=0, description="torch CPU threads (0: torch's default); on a "
+    threads: int = Field(0, ge=0, le=1024, description="torch CPU threads (0: torch's default); on a "
                          "busy 2-core host 1 thread decodes ~10x faster than 2")
 
     def generation(self) -> "GenerationConfig":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,10 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
 def _run(args: argparse.Namespace) -> int:
     from trainer.heldout import LeakError
 
+    if args.out and not _writable(Path(args.out)):  # found out before minutes of evaluation
+        print(f"trainer eval: --out: cannot write {args.out} (no such writable folder, or a "
+              f"folder of that name)", file=sys.stderr)
+        return 2
     try:
         report = evaluate(config_from_args(args))
     except ValidationError as exc:
@@ -63,8 +68,17 @@ def _run(args: argparse.Namespace) -> int:
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        try:
+            Path(args.out).write_text(text + "\n")
+        except OSError as exc:  # the folder went away during the run: the report is printed
+            print(f"trainer eval: --out: cannot write {args.out}: {exc.strerror}", file=sys.stderr)
+            return 2
     return 0
+
+
+def _writable(path: Path) -> bool:
+    folder = path.absolute().parent
+    return folder.is_dir() and os.access(folder, os.W_OK) and not path.is_dir()
 
 
 def add_eval_command(commands: Any) -> None:

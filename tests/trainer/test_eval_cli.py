@@ -120,3 +120,18 @@ def test_leaky_shards_and_bad_settings_are_refused_before_any_work(checkpoint, p
     assert "num_tasks" in capsys.readouterr().err
     assert main(["eval", "--checkpoint", str(tmp_path / "none")]) == 2
     assert "no checkpoint" in capsys.readouterr().err
+    assert main(["eval", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "no" / "r.json")]) == 2
+    assert "--out: cannot write" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag,value,field", [
+    ("--max-steps", "1000000000", "max_steps"), ("--max-new-tokens", "1000000000", "max_new_tokens"),
+    ("--irr-extra-turns", "99999", "irr_extra_turns"), ("--eval-seed", str(2**64), "eval_seed"),
+    ("--batch-size", "100000", "batch_size"), ("--threads", "100000", "threads"),
+    ("--beta", "inf", "beta"), ("--beta", "nan", "beta"), ("--threshold", "nan", "threshold"),
+])
+def test_unbounded_settings_are_refused_naming_the_field(tmp_path, capsys, flag, value, field):
+    """No flag can start an evaluation that cannot end: refused before the checkpoint is read."""
+    assert main(["eval", "--checkpoint", str(tmp_path), flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"trainer eval: invalid settings: {field}:") and len(err.splitlines()) == 1
