@@ -77,7 +77,8 @@ def ray_head(tmp_path_factory):
         yield head
     finally:
         ray.shutdown()
-        _stop_head(temp_dir)
+        stop_ray_processes(temp_dir, port)
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 HEAD_START_ATTEMPTS = 3
@@ -90,7 +91,7 @@ def _start_head(env: dict) -> tuple[str, int, int]:
     for _ in range(HEAD_START_ATTEMPTS):
         # Every port chosen here, none left at Ray's fixed defaults: another Ray on the host (a
         # developer's, a second test run) holding 52365 leaves this head without a job agent.
-        port, dashboard_port, agent_port, agent_grpc, metrics = (_free_port() for _ in range(5))
+        port, dashboard_port, agent_port, agent_grpc, metrics, client = (_free_port() for _ in range(6))
         temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: socket paths are capped
         started = subprocess.run(
             [RAY_BIN, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
@@ -98,27 +99,48 @@ def _start_head(env: dict) -> tuple[str, int, int]:
              "--include-dashboard=true", "--dashboard-host=127.0.0.1",
              f"--dashboard-port={dashboard_port}", f"--dashboard-agent-listen-port={agent_port}",
              f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
+             f"--ray-client-server-port={client}",
              "--disable-usage-stats"],
             env=env, capture_output=True, text=True, cwd=ROOT)
         if started.returncode == 0:
             return temp_dir, port, dashboard_port
-        _stop_head(temp_dir)
+        stop_ray_processes(temp_dir, port)
+        shutil.rmtree(temp_dir, ignore_errors=True)
     raise RuntimeError(f"`ray start --head` failed {HEAD_START_ATTEMPTS} times; last output:\n"
                        f"{(started.stdout + started.stderr)[-2000:]}")
 
 
-def _stop_head(temp_dir: str) -> None:
-    """Stop this session's head only (`ray stop` would stop every Ray on the host)."""
+def stop_ray_processes(temp_dir: str, port: int | None) -> None:
+    """Stop one Ray cluster only (`ray stop` would stop every Ray on the host): the processes
+    that name its temp dir or its GCS port (the Ray client server names only the port, with
+    the host's IP, not 127.0.0.1) and everything they started (the dashboard and runtime-env
+    agents rename themselves). Matching the temp dir alone left three processes behind per
+    session, one of them holding the client server's port."""
     import psutil
 
-    ours = [p for p in psutil.process_iter(["cmdline"])
-            if any(temp_dir in part for part in (p.info["cmdline"] or []))]
-    for proc in ours:
-        proc.terminate()
-    _, alive = psutil.wait_procs(ours, timeout=10)
+    def ours(proc: psutil.Process) -> bool:
+        parts = proc.info["cmdline"] or []
+        return any(temp_dir in part or (port is not None and part.endswith(f":{port}"))
+                   for part in parts)
+
+    roots = [p for p in psutil.process_iter(["cmdline"]) if ours(p)]
+    tree = {p.pid: p for p in roots}
+    for root in roots:
+        try:
+            tree.update((child.pid, child) for child in root.children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+    for proc in tree.values():
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(list(tree.values()), timeout=10)
     for proc in alive:
-        proc.kill()
-    shutil.rmtree(temp_dir, ignore_errors=True)
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 @pytest.fixture(scope="session")

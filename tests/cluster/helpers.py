@@ -21,9 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 
-from tests.conftest import RAY_BIN, ROOT
+from tests.conftest import RAY_BIN, ROOT, stop_ray_processes
 from tests.conftest import _free_port as free_port
 
 START_TIMEOUT_S = 180  # `ray start` on a loaded 2-core machine: 10-40 s measured, more at
@@ -80,6 +79,7 @@ class LocalCluster:
     temp_dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="rayc-", dir="/tmp"))
     address: str = ""
     dashboard: str = ""
+    port: int | None = None  # the GCS port, also how its processes are found at stop()
     nodes: list[WorkerNode] = field(default_factory=list)
     _prober: subprocess.Popen | None = field(default=None, repr=False)
 
@@ -90,6 +90,7 @@ class LocalCluster:
                    RAY_health_check_failure_threshold="3")
         for attempt in range(1, START_ATTEMPTS + 1):
             port, dashboard_port = free_port(), free_port()
+            self.port = port  # before the start: a failed one's processes are found by it
             started = subprocess.run(
                 [RAY_BIN, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
                  f"--temp-dir={self.temp_dir}", f"--num-cpus={num_cpus}",
@@ -213,14 +214,9 @@ class LocalCluster:
         if result.returncode != 0:
             raise RuntimeError(f"no job agent after {timeout_s:g}s: {result.stderr[-2000:]}")
 
-    def _ours(self, cmdline: list[str]) -> bool:
-        gcs = self.address or "-"
-        return any(self.temp_dir in part or part == gcs or part.endswith(f"={gcs}")
-                   for part in cmdline)
-
     def stop(self) -> None:
-        """Kill the worker nodes' groups, then everything started under this head's temp
-        dir (`ray stop` would stop every Ray on the host)."""
+        """Kill the worker nodes' groups, then everything of this cluster still running
+        (`ray stop` would stop every Ray on the host)."""
         if self._prober is not None:
             self._prober.kill()
             self._prober.wait(timeout=30)
@@ -229,10 +225,4 @@ class LocalCluster:
         self._end_processes()
 
     def _end_processes(self) -> None:
-        ours = [p for p in psutil.process_iter(["cmdline"]) if self._ours(p.info["cmdline"] or [])]
-        for proc in ours:
-            proc.terminate()
-        _, alive = psutil.wait_procs(ours, timeout=10)
-        for proc in alive:
-            proc.kill()
-        psutil.wait_procs(alive, timeout=10)
+        stop_ray_processes(self.temp_dir, self.port)
