@@ -22,7 +22,15 @@ from trainer.pair_weights import KindWeights, check_kind_weights
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no inf / nan anywhere: a learning rate, weight or reward of inf trains on NaN
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# Upper bounds on what sizes memory or a loop: far past any real run (a 128k context, a
+# thousand-document micro-batch), low enough that a typo fails before Ray starts instead of
+# allocating it. (datagen's config has its own, for the same reason.)
+MAX_TOKENS = 1 << 20
+MAX_BATCH = 65_536
 
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -51,14 +59,14 @@ class ModelConfig(StrictModel):
 
 
 class DataConfig(StrictModel):
-    max_seq_len: int = Field(2048, ge=16, description="longer documents keep their prefix")
-    batch_size: int = Field(4, ge=1, description="LM documents (trajectories, repairs) per "
+    max_seq_len: int = Field(2048, ge=16, le=MAX_TOKENS, description="longer documents keep their prefix")
+    batch_size: int = Field(4, ge=1, le=MAX_BATCH, description="LM documents (trajectories, repairs) per "
                             "micro-batch per worker; every micro-batch has LM loss")
-    mch_rows: int = Field(1, ge=0, description="MCH negatives added to every micro-batch "
+    mch_rows: int = Field(1, ge=0, le=MAX_BATCH, description="MCH negatives added to every micro-batch "
                           "(model.use_mch): rows of LM weight 0, each costing a forward and "
                           "backward like an LM row; 0 = the MCH learns only from in-row labels "
                           "(tool calls of LM documents, repairs' wrong calls)")
-    bucket_pool_batches: int = Field(8, ge=1, description="batches composed and sorted by "
+    bucket_pool_batches: int = Field(8, ge=1, le=4096, description="batches composed and sorted by "
                                      "length together; larger = less padding, less randomness")
     tables: tuple[Literal["trajectories", "repairs"], ...] = Field(
         ("trajectories",), min_length=1, description="tables trained with the LM loss; "
@@ -111,7 +119,7 @@ class LossConfig(StrictModel):
     lambda_reason: float = Field(1.0, ge=0)
     lambda_act: float = Field(1.0, ge=0)
     temperature: float = Field(1.0, gt=0)
-    chunk_size: int = Field(512, ge=1, description="time steps per logits chunk")
+    chunk_size: int = Field(512, ge=1, le=MAX_TOKENS, description="time steps per logits chunk")
     recompute_chunks: bool | None = Field(None, description="recompute chunk logits in "
                                           "backward (memory for one extra head matmul); "
                                           "null = only when full logits exceed 2 GiB")
@@ -151,9 +159,9 @@ class DPOConfig(StrictModel):
         default_factory=dict, description="loss weight per pair kind: glob pattern -> weight "
         ">= 0 (`benign_*: 3`), first match in the order written, unmatched kinds 1; scales the "
         "pair's loss absolutely (trainer.pair_weights), 0 drops the kind from the feed")
-    batch_size: int = Field(4, ge=1, description="pairs per micro-batch per worker (2x as "
+    batch_size: int = Field(4, ge=1, le=MAX_BATCH, description="pairs per micro-batch per worker (2x as "
                             "many rows: chosen and rejected share one forward)")
-    bucket_pool_batches: int = Field(8, ge=1, description="batches composed and sorted by "
+    bucket_pool_batches: int = Field(8, ge=1, le=4096, description="batches composed and sorted by "
                                      "length together; larger = less padding, less randomness")
     reference: Literal["model", "precomputed"] = Field(
         "model", description="model = a frozen copy of the starting weights runs forward "
@@ -164,12 +172,12 @@ class DPOConfig(StrictModel):
     reference_dir: str | None = Field(None, description="where precomputed log-probs live; "
                                       "default SHARDS/reference_logps/<key of reference, "
                                       "tokenizer, max_seq_len, sources, shards>")
-    reference_batch_size: int = Field(8, ge=1, description="pairs per forward in the "
+    reference_batch_size: int = Field(8, ge=1, le=MAX_BATCH, description="pairs per forward in the "
                                       "precompute pass")
     reference_workers: int = Field(1, ge=1, description="Ray Data actors of the precompute "
                                    "pass, each holding the reference model")
     reference_gpus: float = Field(0.0, ge=0, description="GPUs per precompute actor (0 = CPU)")
-    chunk_size: int = Field(512, ge=1, description="time steps per logits chunk")
+    chunk_size: int = Field(512, ge=1, le=MAX_TOKENS, description="time steps per logits chunk")
     recompute_chunks: bool | None = Field(None, description="recompute chunk logits in "
                                           "backward; null = only when full logits exceed 2 GiB")
     mch_weight: float = Field(0.5, ge=0, description="weight of the MCH loss on the pairs' "
@@ -241,23 +249,23 @@ class PPOConfig(StrictModel):
                                   description="environments the training tasks come from")
     task_seed: int = Field(0, ge=0, description="TaskSource seed of the training tasks (the "
                            "generation task space; held-out evaluation tasks never overlap)")
-    tasks_per_iteration: int = Field(4, ge=1, description="distinct tasks per iteration per "
+    tasks_per_iteration: int = Field(4, ge=1, le=MAX_BATCH, description="distinct tasks per iteration per "
                                      "worker")
-    group_size: int = Field(2, ge=1, description="rollouts per task (grpo/rloo need >= 2: the "
+    group_size: int = Field(2, ge=1, le=1024, description="rollouts per task (grpo/rloo need >= 2: the "
                             "baseline is the group's other rollouts)")
     rollout_workers: int = Field(1, ge=1, description="rollout actors per learner worker, "
                                  "each holding a copy of the policy")
     rollout_cpus: float = Field(1.0, gt=0, description="CPUs reserved per rollout actor")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of rollouts; the "
                                "learner scores tokens at the same temperature")
-    max_turns: int = Field(6, ge=1, description="assistant turns per episode")
-    max_tokens_per_turn: int = Field(128, ge=1, description="token budget per turn (a turn "
+    max_turns: int = Field(6, ge=1, le=256, description="assistant turns per episode")
+    max_tokens_per_turn: int = Field(128, ge=1, le=32_768, description="token budget per turn (a turn "
                                      "that hits it is truncated: penalised)")
     on_invalid_turn: Literal["stop", "feedback"] = Field(
         "stop", description="stop = a malformed turn ends the episode (as trainer eval plays); "
         "feedback = the error is shown and the policy may recover")
-    epochs: int = Field(2, ge=1, description="passes over each iteration's rollouts")
-    minibatch_size: int = Field(4, ge=1, description="episodes per optimizer step")
+    epochs: int = Field(2, ge=1, le=1000, description="passes over each iteration's rollouts")
+    minibatch_size: int = Field(4, ge=1, le=MAX_BATCH, description="episodes per optimizer step")
     gamma: float = Field(1.0, ge=0, le=1, description="GAE discount per generated token")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
     clip_ratio: float = Field(0.2, gt=0, description="PPO clip range of the probability ratio")
@@ -277,7 +285,7 @@ class PPOConfig(StrictModel):
     whiten_advantages: bool = Field(True, description="gae: normalise advantages over each "
                                     "iteration's generated tokens (mean 0, std 1); grpo/rloo "
                                     "keep their group advantages as they are")
-    chunk_size: int = Field(256, ge=1, description="time steps per logits chunk when scoring")
+    chunk_size: int = Field(256, ge=1, le=MAX_TOKENS, description="time steps per logits chunk when scoring")
     reward: RewardConfig = Field(default_factory=RewardConfig)
 
     @model_validator(mode="after")

@@ -73,7 +73,7 @@ def test_repairs_join_with_a_weight():
     ("dpo.kind_weights={'benign delete': 2}", "dpo.kind_weights: pattern 'benign delete' is not a glob"),
     ("dpo.kind_weights={'benign_[ab': 2}", "dpo.kind_weights: pattern 'benign_\\[ab' is not a glob"),
     ("dpo.kind_weights={benign_*: -1}", "dpo.kind_weights: pattern 'benign_\\*': weight -1.0 must"),
-    ("dpo.kind_weights={benign_*: .inf}", "dpo.kind_weights: pattern 'benign_\\*': weight inf must"),
+    ("dpo.kind_weights={benign_*: .inf}", "dpo.kind_weights.benign_\\*: Input should be a finite number"),
     ("dpo.kind_weights=[benign_*]", "dpo.kind_weights"),
 ])
 def test_dpo_mistakes_are_named(override, message):
@@ -132,3 +132,23 @@ def test_hostile_config_files_end_in_one_config_error(tmp_path, name):
 def test_bad_overrides_end_in_one_config_error(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(ROOT / "configs" / "train_tiny.yaml", [override])
+
+
+@pytest.mark.parametrize("override,message", [
+    ("optim.lr=.inf", "optim.lr: Input should be a finite number"),
+    ("loss.lambda_act=.nan", "loss.lambda_act: Input should be a finite number"),
+    ("data.batch_size=1000000000", "data.batch_size: Input should be less than or equal to"),
+    ("data.max_seq_len=10000000000", "data.max_seq_len: Input should be less than or equal to"),
+    ("loss.chunk_size=10000000000", "loss.chunk_size: Input should be less than or equal to"),
+])
+def test_non_finite_and_unbounded_values_are_refused_before_any_work(override, message):
+    """A NaN learning rate trains on NaN; a billion-document batch is allocated, not run."""
+    with pytest.raises(ConfigError, match=message):
+        load_config(ROOT / "configs" / "train_tiny.yaml", [override])
+
+
+def test_ppo_sizes_are_bounded():
+    with pytest.raises(ConfigError, match="ppo.max_turns: Input should be less than or equal to 256"):
+        load_config(ROOT / "configs" / "ppo_tiny.yaml", ["ppo.max_turns=1000000"])
+    with pytest.raises(ConfigError, match="ppo.reward.success: Input should be a finite number"):
+        load_config(ROOT / "configs" / "ppo_tiny.yaml", ["ppo.reward.success=.inf"])
