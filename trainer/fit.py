@@ -30,6 +30,7 @@ from typing import Any
 from trainer.config import TrainConfig
 from trainer.recipes import load_recipe
 from trainer.shard_files import is_uri
+from trainer.tokens import tokenizer_problem
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -121,6 +122,8 @@ def fit(cfg: TrainConfig) -> FitResult:
 
     cfg = absolute_paths(cfg)
     recipe = load_recipe(cfg.recipe)
+    if problem := tokenizer_problem(cfg.tokenizer):
+        raise ValueError(problem)
     init_ray(cfg.ray_address)
     parquet_reader_without_actors()
     dataset, data_info = recipe.build_dataset(cfg)

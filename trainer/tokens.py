@@ -67,6 +67,21 @@ def load_tokenizer(path: str) -> TextTokenizer:
     return TextTokenizer(path)
 
 
+def tokenizer_problem(path: str | Path) -> str | None:
+    """Why `path` cannot be the run's tokenizer, or None: checked on the driver before Ray
+    starts, so a wrong directory is one line, not a worker traceback minutes later."""
+    directory = Path(path)
+    if not directory.is_dir():
+        return f"tokenizer {path} is not a directory"
+    if not (directory / "tokenizer.json").is_file():
+        return f"tokenizer {path} has no tokenizer.json (build one: scripts/build_tokenizer.py)"
+    try:
+        special_ids(load_tokenizer(str(directory)))
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's to fix
+        return f"tokenizer {path} cannot be used: {type(exc).__name__}: {str(exc)[:200]}"
+    return None
+
+
 def special_ids(tokenizer: TextTokenizer) -> dict[str, int]:
     """Ids of the markers the model's mode switch and the MCH rely on."""
     ids = {name: tokenizer.token_id(token) for name, token in

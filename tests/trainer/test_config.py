@@ -152,3 +152,26 @@ def test_ppo_sizes_are_bounded():
         load_config(ROOT / "configs" / "ppo_tiny.yaml", ["ppo.max_turns=1000000"])
     with pytest.raises(ConfigError, match="ppo.reward.success: Input should be a finite number"):
         load_config(ROOT / "configs" / "ppo_tiny.yaml", ["ppo.reward.success=.inf"])
+
+
+def test_fit_refuses_a_tokenizer_directory_without_a_tokenizer_before_ray(tmp_path, capsys,
+                                                                          monkeypatch):
+    import trainer.fit
+    from trainer.__main__ import main
+
+    def refuse(*args, **kwargs):  # a guard, not a fake: the check must come before Ray
+        raise AssertionError("reached Ray: the tokenizer was not checked first")
+
+    monkeypatch.setattr(trainer.fit, "init_ray", refuse)
+
+    (tmp_path / "tok").mkdir()
+    assert main(["fit", "--config", str(ROOT / "configs" / "train_tiny.yaml"),
+                 "--set", f"tokenizer={tmp_path / 'tok'}", "--set", f"run_dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"cannot train: tokenizer {tmp_path / 'tok'} has no tokenizer.json " \
+                          f"(build one: scripts/build_tokenizer.py)"
+    (tmp_path / "tok" / "tokenizer.json").write_text("{not json")
+    assert main(["fit", "--config", str(ROOT / "configs" / "train_tiny.yaml"),
+                 "--set", f"tokenizer={tmp_path / 'tok'}", "--set", f"run_dir={tmp_path / 'run'}"]) == 2
+    assert "cannot be used: Exception" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

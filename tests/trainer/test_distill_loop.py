@@ -259,6 +259,13 @@ def test_bad_configs_fail_before_any_work_naming_the_field(tmp_path, loop_tokeni
         make_plan(load_loop_config(path, ["train.set=[data.batch_size=0]"]))
     with pytest.raises(ConfigError, match="tokenizer .* is not a directory"):
         make_plan(load_loop_config(path, [f"train.set=[tokenizer={tmp_path}/none]"]))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="tokenizer .*empty has no tokenizer.json"):
+        make_plan(load_loop_config(path, [f"train.set=[tokenizer={tmp_path}/empty]"]))
+    with pytest.raises(ConfigError, match="^eval: max_steps: Input should be less than or equal to 256"):
+        make_plan(load_loop_config(path, ["eval.max_steps=100000"]))
+    with pytest.raises(ConfigError, match="student.max_turns: Input should be less than or equal"):
+        load_loop_config(path, ["student.max_turns=100000"])
     with pytest.raises(ConfigError, match="round0.checkpoint"):
         make_plan(load_loop_config(path, [f"round0.checkpoint={tmp_path}"]))
     with pytest.raises(ConfigError, match="(?s)student/critic: .*critics"):

@@ -61,15 +61,15 @@ class StudentConfig(StrictModel):
                              "+ r * seed_stride: another run seed, so tasks (ids and seeds) "
                              "that no earlier round trained on; held-out eval tasks live in a "
                              "space no run seed reaches (trainer.heldout)")
-    max_turns: int = Field(6, ge=1, description="assistant turns per episode")
-    max_tokens_per_turn: int = Field(128, ge=1, description="token budget per turn (a turn "
+    max_turns: int = Field(6, ge=1, le=256, description="assistant turns per episode")
+    max_tokens_per_turn: int = Field(128, ge=1, le=32_768, description="token budget per turn (a turn "
                                      "that hits it is truncated: a failed step)")
     temperature: float = Field(0.7, ge=0, description="sampling temperature; 0 = greedy (the "
                                "same failure on every try of a task)")
     on_invalid_turn: Literal["stop", "feedback"] = Field(
         "stop", description="stop = a malformed turn ends the episode (its first wrong step is "
         "the one repaired); feedback = the student sees the error and goes on")
-    max_batch_size: int = Field(8, ge=1, description="episodes decoded together per worker")
+    max_batch_size: int = Field(8, ge=1, le=4096, description="episodes decoded together per worker")
 
 
 class CriticConfig(StrictModel):

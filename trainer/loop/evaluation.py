@@ -4,26 +4,36 @@ round table taken from its report."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.loop.config import EvalSection
 
+if TYPE_CHECKING:
+    from trainer.eval import EvalConfig
+
 STEP_METRICS = ("next_call_exact_match", "act_token_accuracy", "right_tool_rate",
                 "schema_valid_rate", "reason_ce", "act_ce")
+
+
+def eval_config(section: EvalSection, checkpoint: str, training_roots: list[str]) -> "EvalConfig":
+    """The `trainer eval` settings of a round (validated: the loop checks them at its start)."""
+    from trainer.eval import EvalConfig
+
+    return EvalConfig(checkpoint=checkpoint, envs=section.envs, num_tasks=section.num_tasks,
+                      eval_seed=section.eval_seed, shards=tuple(training_roots),
+                      preferences=False, negatives=False, safety=False,
+                      irr_tasks=section.irr_tasks, max_steps=section.max_steps,
+                      max_new_tokens=section.max_new_tokens, batch_size=section.batch_size,
+                      threads=section.threads)
 
 
 def run_eval(section: EvalSection, checkpoint: str, training_roots: list[str]) -> dict[str, Any]:
     """The full `trainer eval` report (step level, episodes, IRR when asked; the preference
     and safety sections are left to `trainer eval` itself). `training_roots`: every OUT the
     student has trained on, checked against the held-out tasks."""
-    from trainer.eval import EvalConfig, evaluate
+    from trainer.eval import evaluate
 
-    config = EvalConfig(checkpoint=checkpoint, envs=section.envs, num_tasks=section.num_tasks,
-                        eval_seed=section.eval_seed, shards=tuple(training_roots),
-                        preferences=False, negatives=False, safety=False,
-                        irr_tasks=section.irr_tasks, max_steps=section.max_steps,
-                        max_new_tokens=section.max_new_tokens, batch_size=section.batch_size,
-                        threads=section.threads)
+    config = eval_config(section, checkpoint, training_roots)
     started = time.perf_counter()
     report = evaluate(config)
     report["wall_seconds"] = time.perf_counter() - started

@@ -31,6 +31,7 @@ from trainer.loop import evaluation, generation, mix, train
 from trainer.loop.config import LoopConfig, loop_fingerprint
 from trainer.loop.rounds import RoundDir, claim, write_json
 from trainer.loop.table import write_table
+from trainer.tokens import tokenizer_problem
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,8 @@ def make_plan(config: LoopConfig) -> Plan:
     if round0.recipe != "sad":
         raise ConfigError(f"train.config: recipe must be 'sad', not {round0.recipe!r}")
     tokenizer = _absolute(round0.tokenizer)
-    if not Path(tokenizer).is_dir():
-        raise ConfigError(f"train.config: tokenizer {tokenizer} is not a directory")
+    if problem := tokenizer_problem(tokenizer):
+        raise ConfigError(f"train.config: {problem}")
     _checked(lambda: train.student_train_config(config, out, out, "probe"), "train")
     if config.dpo.enabled:
         dpo = _checked(lambda: train.dpo_train_config(config, out, out, "probe"), "dpo")
@@ -94,6 +95,7 @@ def make_plan(config: LoopConfig) -> Plan:
             resolve_checkpoint(config.round0.checkpoint)
         except FileNotFoundError as exc:
             raise ConfigError(f"round0.checkpoint: {exc}") from None
+    _checked(lambda: evaluation.eval_config(config.eval, "probe", []), "eval")
     base = generation.base_generate_config(config, first.data)
     _checked(lambda: generation.student_generate_config(config, base, 1, "probe", tokenizer,
                                                         out), "student/critic")
