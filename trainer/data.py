@@ -44,7 +44,7 @@ from trainer.readers.consistency import (ConsistencyMode, filter_counts, kept_on
 from trainer.readers.preferences import negative_documents
 from trainer.readers.repairs import repair_documents
 from trainer.readers.trajectories import trajectory_shaped_documents
-from trainer.shard_files import full_uri, is_uri, part_files
+from trainer.shard_files import check_footers, full_uri, is_uri, part_files
 
 log = logging.getLogger(__name__)
 
@@ -101,19 +101,19 @@ def inspect_shards(root: str | Path) -> ShardLayout:
     files = part_files(root, "trajectories")
     if not files:
         raise FileNotFoundError(f"no trajectory shards under {root}/trajectories")
+    by_name = {_name(f): f for f in files}
+    negatives, repairs = _pairs(root, "preferences", by_name), _pairs(root, "repairs", by_name)
+    check_footers(files + [f for _, f in negatives + repairs], root)
     names = set(pq.read_schema(files[0]).names)
     missing = [c for c in TRAJECTORY_COLUMNS if c not in names]
     if missing:
         raise ValueError(f"{files[0]} lacks required columns {missing}")
-    by_name = {_name(f): f for f in files}
     recorded = frozenset()
     if TOKENIZER_COLUMN in names:
         column = pq.read_table(files[0], columns=[TOKENIZER_COLUMN]).column(TOKENIZER_COLUMN)
         recorded = frozenset(v for v in column.unique().to_pylist() if v)
-    return ShardLayout(files, _pairs(root, "preferences", by_name),
-                       all(c in names for c in TOKEN_COLUMNS),
-                       all(c in names for c in TOPK_COLUMNS), recorded,
-                       _pairs(root, "repairs", by_name))
+    return ShardLayout(files, negatives, all(c in names for c in TOKEN_COLUMNS),
+                       all(c in names for c in TOPK_COLUMNS), recorded, repairs)
 
 
 def same_tokenizer(recorded: str, ours: str) -> bool:

@@ -44,14 +44,18 @@ class FitResult:
     data: dict[str, Any]            # what the data stream was built from
 
 
-def checkpoint_dir(path: str | None) -> str | None:
+def checkpoint_dir(path: str | None, field: str) -> str | None:
     """A checkpoint directory as given, a run directory's newest checkpoint (so a DPO run
-    can start from `runs/tiny`), or None."""
-    if path and Path(path).is_dir() and not (Path(path) / "config.json").exists():
-        from trainer.eval import resolve_checkpoint  # light: torch/datagen load lazily there
+    can start from `runs/tiny`), or None; a path that is neither is refused naming `field`
+    (Transformers would take it for a hub id, in a worker, minutes later)."""
+    if not path:
+        return path
+    from trainer.eval import resolve_checkpoint  # light: torch/datagen load lazily there
 
+    try:
         return resolve_checkpoint(path)
-    return path
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"{field}: {exc}") from None
 
 
 def absolute_paths(cfg: TrainConfig) -> TrainConfig:
@@ -62,9 +66,11 @@ def absolute_paths(cfg: TrainConfig) -> TrainConfig:
 
     updates = {"run_dir": absolute(cfg.run_dir), "shards": absolute(cfg.shards),
                "tokenizer": absolute(cfg.tokenizer)}
-    model = cfg.model.model_copy(update={"init_from": checkpoint_dir(absolute(cfg.model.init_from))})
+    model = cfg.model.model_copy(update={"init_from": checkpoint_dir(absolute(cfg.model.init_from),
+                                                                      "model.init_from")})
     loss = cfg.loss.model_copy(update={"teacher_model": absolute(cfg.loss.teacher_model)})
-    dpo = cfg.dpo.model_copy(update={"reference_model": checkpoint_dir(absolute(cfg.dpo.reference_model)),
+    dpo = cfg.dpo.model_copy(update={"reference_model": checkpoint_dir(absolute(cfg.dpo.reference_model),
+                                                                     "dpo.reference_model"),
                                      "reference_dir": absolute(cfg.dpo.reference_dir)})
     scaling = cfg.scaling.model_copy(update={"deepspeed_config": absolute(cfg.scaling.deepspeed_config)})
     return cfg.model_copy(update={**updates, "model": model, "loss": loss, "dpo": dpo,

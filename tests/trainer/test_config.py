@@ -175,3 +175,17 @@ def test_fit_refuses_a_tokenizer_directory_without_a_tokenizer_before_ray(tmp_pa
                  "--set", f"tokenizer={tmp_path / 'tok'}", "--set", f"run_dir={tmp_path / 'run'}"]) == 2
     assert "cannot be used: Exception" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_missing_start_checkpoint_is_named_before_ray(tmp_path, capsys, monkeypatch):
+    """`model.init_from` that is no checkpoint or run directory: Transformers would take it
+    for a hub id inside a worker; refused on the driver, naming the field."""
+    import trainer.fit
+    from trainer.__main__ import main
+
+    monkeypatch.setattr(trainer.fit, "init_ray", lambda *a, **k: pytest.fail("reached Ray"))
+    assert main(["fit", "--config", str(ROOT / "configs" / "dpo_tiny.yaml"),
+                 "--set", f"model.init_from={tmp_path / 'none'}"]) == 2
+    assert capsys.readouterr().err.strip() == (f"cannot train: model.init_from: no checkpoint "
+                                               f"(config.json) in {tmp_path / 'none'} or its "
+                                               f"checkpoint_* dirs")

@@ -5,6 +5,7 @@ composition and repairs: tests/trainer/test_batching.py."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -168,6 +169,21 @@ def test_inspect_shards_names_missing_columns(tmp_path):
         inspect_shards(tmp_path)
     with pytest.raises(FileNotFoundError):
         inspect_shards(tmp_path / "missing")
+
+
+def test_a_damaged_shard_is_named_before_any_training(pipeline_out, tmp_path):
+    """A truncated shard (a half-finished copy) fails on the driver naming it and the fix,
+    not in a Ray Data worker after start-up; the paired tables are checked too."""
+    from trainer.readers.preferences import preference_files
+
+    damaged = tmp_path / "out"
+    shutil.copytree(pipeline_out, damaged)
+    shard = sorted((damaged / "preferences").glob("part-*.parquet"))[-1]
+    shard.write_bytes(shard.read_bytes()[:100])
+    for check in (inspect_shards, preference_files):
+        with pytest.raises(ValueError, match=f"1 unreadable shard\\(s\\) under {damaged}: {shard} "
+                                             f"\\(.*\\); `datagen verify {damaged}` lists them"):
+            check(damaged)
 
 
 def test_curriculum_admits_the_easiest_rows_first_and_everything_later():

@@ -30,7 +30,7 @@ from trainer.documents import DocumentRows, ReadSettings, paired_rows
 from trainer.pair_weights import KindWeights
 from trainer.readers.consistency import (ConsistencyMode, filter_counts, kept_only, kept_pairs,
                                          log_counts)
-from trainer.shard_files import exists, is_uri, join, part_files
+from trainer.shard_files import check_footers, exists, is_uri, join, part_files
 
 NEGATIVE_SOURCE = "negative"
 # `preferences.layout: compact` (datagen) leaves a negative pair's prompt_text null and
@@ -209,6 +209,7 @@ def preference_files(shards: str | Path) -> list[str]:
     if not files:
         raise FileNotFoundError(f"no preference shards under {root}/preferences (generate "
                                 f"with negatives.enabled or critics.enabled)")
+    check_footers(files, root)
     names = pq.read_schema(files[0]).names
     missing = [c for c in PREFERENCE_COLUMNS if c not in names]
     if missing:
