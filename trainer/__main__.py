@@ -19,7 +19,7 @@ def _fit(args: argparse.Namespace) -> int:
         return 2
     from ray.train import TrainingFailedError
 
-    from trainer.fit import fit
+    from trainer.fit import failure_cause, fit
 
     try:
         result = fit(cfg)
@@ -33,17 +33,6 @@ def _fit(args: argparse.Namespace) -> int:
     print(json.dumps({"run_dir": result.run_dir, "checkpoint": result.checkpoint,
                       "metrics": result.metrics, "data": result.data}, indent=2, default=str))
     return 0
-
-
-def failure_cause(exc: BaseException) -> str:
-    """The first worker's error in one line: Ray's own text is a truncated snippet that ends
-    in retry advice, so the cause is taken from the failure object (a task error's `cause`)
-    and its first line kept (`OSError: ZSTD decompression failed: Data corruption detected`)."""
-    failures = getattr(exc, "worker_failures", None) or {}
-    error = failures[min(failures)] if failures else getattr(exc, "controller_failure", None) or exc
-    error = getattr(error, "cause", None) or error
-    first = (str(error).strip().splitlines() or [""])[0][:300]
-    return f"{type(error).__name__}: {first}"
 
 
 def main(argv: list[str] | None = None) -> int:

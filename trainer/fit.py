@@ -77,6 +77,17 @@ def absolute_paths(cfg: TrainConfig) -> TrainConfig:
                                   "scaling": scaling})
 
 
+def failure_cause(exc: BaseException) -> str:
+    """The first worker's error in one line: Ray's own text is a truncated snippet that ends
+    in retry advice, so the cause is taken from the failure object (a task error's `cause`)
+    and its first line kept (`OSError: ZSTD decompression failed: Data corruption detected`)."""
+    failures = getattr(exc, "worker_failures", None) or {}
+    error = failures[min(failures)] if failures else getattr(exc, "controller_failure", None) or exc
+    error = getattr(error, "cause", None) or error
+    first = (str(error).strip().splitlines() or [""])[0][:300]
+    return f"{type(error).__name__}: {first}"
+
+
 def init_ray(address: str | None) -> None:
     """Join `address` / $RAY_ADDRESS, or start a local Ray with the dashboard on (Ray Train's
     placement-group cleanup relies on the State API it serves)."""

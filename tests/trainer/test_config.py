@@ -193,11 +193,12 @@ def test_a_missing_start_checkpoint_is_named_before_ray(tmp_path, capsys, monkey
 
 def test_a_failed_training_is_one_line_naming_the_first_workers_cause():
     """Ray's WorkerGroupError text is a truncated traceback ending in retry advice; the CLI
-    says the cause (`trainer.__main__.failure_cause`), here built from Ray's own classes."""
+    and the loop say the cause (`trainer.fit.failure_cause`), here built from Ray's own classes."""
     from ray.exceptions import RayTaskError
     from ray.train import ControllerError, WorkerGroupError
 
-    from trainer.__main__ import failure_cause
+    from trainer.fit import failure_cause
+    from trainer.loop.run import PhaseFailed
 
     advice = "Failed to reading batches after 1/10 attempts.\nTo change retry attempts, ..."
     task_error = RayTaskError("read", "Traceback ...", OSError(
@@ -205,5 +206,8 @@ def test_a_failed_training_is_one_line_naming_the_first_workers_cause():
     failed = WorkerGroupError("Training failed due to worker errors: ... (Output truncated)",
                               {1: ValueError("rank 1 saw it later"), 0: task_error})
     assert failure_cause(failed) == "OSError: ZSTD decompression failed: Data corruption detected"
+    assert str(PhaseFailed(0, "train", failed)) == (
+        "round 0, phase train: OSError: ZSTD decompression failed: Data corruption detected "
+        "(rerun the same command to continue from here)")
     assert failure_cause(ControllerError(RuntimeError("placement group timed out\nmore"))) \
         == "RuntimeError: placement group timed out"

@@ -157,8 +157,15 @@ class PhaseFailed(RuntimeError):
     """A phase of a round raised; rerunning the loop continues from that phase."""
 
     def __init__(self, index: int, phase: str, cause: BaseException) -> None:
-        detail = (str(cause).strip().splitlines() or [""])[-1][:300]
-        super().__init__(f"round {index}, phase {phase}: {type(cause).__name__}: {detail} "
+        from ray.train import TrainingFailedError
+
+        from trainer.fit import failure_cause
+
+        if isinstance(cause, TrainingFailedError):  # Ray's own text ends in retry advice
+            detail = failure_cause(cause)
+        else:
+            detail = f"{type(cause).__name__}: {(str(cause).strip().splitlines() or [''])[-1][:300]}"
+        super().__init__(f"round {index}, phase {phase}: {detail} "
                          f"(rerun the same command to continue from here)")
 
 
