@@ -19,11 +19,12 @@ def _fit(args: argparse.Namespace) -> int:
         return 2
     from ray.train import TrainingFailedError
 
+    from datagen.pipeline.shards import OutputConflict
     from trainer.fit import failure_cause, fit
 
     try:
         result = fit(cfg)
-    except (FileNotFoundError, ValueError) as exc:  # inputs refused before training starts
+    except (FileNotFoundError, ValueError, OutputConflict) as exc:  # refused before training
         print(f"cannot train: {exc}", file=sys.stderr)
         return 2
     except TrainingFailedError as exc:  # the workers' tracebacks are in the log above it

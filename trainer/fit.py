@@ -21,6 +21,7 @@ CPU sizing: Ray Data needs a CPU of its own to read and tokenise; a 2-CPU machin
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -134,19 +135,37 @@ def ordered_ingest() -> Any:
 
 def fit(cfg: TrainConfig) -> FitResult:
     """Run (or resume) training as described by `cfg`; blocks until it ends."""
-    import ray.train
-    from ray.train.torch import TorchConfig, TorchTrainer
-
     cfg = absolute_paths(cfg)
     recipe = load_recipe(cfg.recipe)
     if problem := tokenizer_problem(cfg.tokenizer):
         raise ValueError(problem)
+    with run_dir_lock(cfg):
+        return _train(cfg, recipe)
+
+
+def run_dir_lock(cfg: TrainConfig) -> Any:
+    """One run at a time in a run directory: a second `trainer fit` (a rerun started while
+    the first still trains, a loop and a fit aimed at one place) would interleave checkpoints
+    and metrics.jsonl; it is refused naming the holder (datagen's flock, released by the
+    kernel when the holder dies, so a killed run never blocks its resume)."""
+    from datagen.pipeline.runlock import FileRunLock, LockOwner
+
+    run_dir = Path(cfg.run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"run_dir {run_dir} is a file, not a directory")
+    digest = hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()[:16]
+    return FileRunLock(run_dir, LockOwner.current(digest), kind="trainer")
+
+
+def _train(cfg: TrainConfig, recipe: Any) -> FitResult:
+    import ray.train
+    from ray.train.torch import TorchConfig, TorchTrainer
+
     init_ray(cfg.ray_address)
     parquet_reader_without_actors()
     dataset, data_info = recipe.build_dataset(cfg)
     log.info("training data: %s", data_info)
     run_dir = Path(cfg.run_dir)
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
     scaling = cfg.scaling
     # DeepSpeed on CPU (tests, laptops) needs its CPU accelerator chosen in every worker.
     worker_env = {"DS_ACCELERATOR": "cpu"} if scaling.strategy == "deepspeed" and not scaling.use_gpu else {}

@@ -73,9 +73,9 @@ class LockOwner:
 class RunLocked(OutputConflict):
     """Another run holds OUT."""
 
-    def __init__(self, out: Path | str, owner: LockOwner | None) -> None:
+    def __init__(self, out: Path | str, owner: LockOwner | None, kind: str = "datagen") -> None:
         holder = owner.describe() if owner else "owner not recorded yet"
-        super().__init__(f"{out} is in use by another datagen run ({holder}); wait for it to "
+        super().__init__(f"{out} is in use by another {kind} run ({holder}); wait for it to "
                          "finish, or stop it and rerun to resume")
         self.owner = owner
 
@@ -96,12 +96,14 @@ class RunLock(Protocol):
 
 
 class FileRunLock:
-    """`flock` on OUT/_run.lock, which holds the owner record while the run lasts."""
+    """`flock` on OUT/_run.lock, which holds the owner record while the run lasts. `kind`
+    names the holder in the refusal (`trainer` holds its run directories the same way)."""
 
-    def __init__(self, root: Path | str, owner: LockOwner) -> None:
+    def __init__(self, root: Path | str, owner: LockOwner, kind: str = "datagen") -> None:
         self.root = Path(root)
         self.path = self.root / LOCK_FILE
         self.owner = owner
+        self.kind = kind
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -113,7 +115,7 @@ class FileRunLock:
             if not _flock_soon(fd):
                 owner = LockOwner.from_json(os.pread(fd, 4096, 0))
                 os.close(fd)
-                raise RunLocked(self.root, owner)
+                raise RunLocked(self.root, owner, self.kind)
             if _same_file(fd, self.path):
                 self._fd = fd
             else:  # the holder released and removed the file between our open and flock

@@ -211,3 +211,35 @@ def test_a_failed_training_is_one_line_naming_the_first_workers_cause():
         "(rerun the same command to continue from here)")
     assert failure_cause(ControllerError(RuntimeError("placement group timed out\nmore"))) \
         == "RuntimeError: placement group timed out"
+
+
+def test_a_second_fit_into_a_held_run_dir_is_refused_naming_the_holder(tmp_path, capsys,
+                                                                       monkeypatch):
+    """Two fits in one run directory would interleave checkpoints and metrics: the second is
+    refused before Ray, naming the first; once the first is gone (killed: the kernel frees
+    its flock) the directory can be taken again."""
+    import trainer.fit
+    from datagen.tokenizer import build_bpe_tokenizer
+    from tests.datagen.helpers import oracle_texts, start_lock_holder
+    from trainer.__main__ import main
+
+    monkeypatch.setattr(trainer.fit, "init_ray", lambda *a, **k: pytest.fail("reached Ray"))
+    tokenizer = tmp_path / "tok"
+    build_bpe_tokenizer(oracle_texts(5), vocab_size=300, out_dir=tokenizer)
+    run_dir = tmp_path / "run"
+    holder = start_lock_holder(run_dir, "f" * 16, "first-fit")
+    try:
+        argv = ["fit", "--config", str(ROOT / "configs" / "train_tiny.yaml"),
+                "--set", f"tokenizer={tokenizer}", "--set", f"run_dir={run_dir}"]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"cannot train: {run_dir} is in use by another trainer run (pid "
+                              f"{holder.pid} on ") and "first-fit" in err, err
+    finally:
+        holder.kill()
+        holder.wait()
+    cfg = trainer.fit.absolute_paths(load_config(ROOT / "configs" / "train_tiny.yaml",
+                                                 [f"tokenizer={tokenizer}", f"run_dir={run_dir}"]))
+    with trainer.fit.run_dir_lock(cfg):
+        assert (run_dir / "_run.lock").exists()
+    assert not (run_dir / "_run.lock").exists()

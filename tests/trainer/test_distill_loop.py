@@ -277,6 +277,28 @@ def test_bad_configs_fail_before_any_work_naming_the_field(tmp_path, loop_tokeni
     assert not (tmp_path / "loop").exists()  # nothing was started
 
 
+def test_a_second_loop_in_a_held_out_is_refused_naming_the_first(tmp_path, loop_tokenizer,
+                                                                  capsys, monkeypatch):
+    """Two loops in one OUT would run the same round's phases twice at once: the second is
+    refused before Ray, naming the first (pid, command)."""
+    import trainer.fit
+    from tests.datagen.helpers import start_lock_holder
+    from trainer.__main__ import main
+
+    monkeypatch.setattr(trainer.fit, "init_ray", lambda *a, **k: pytest.fail("reached Ray"))
+    path = _write_configs(tmp_path, loop_tokenizer)
+    holder = start_lock_holder(tmp_path / "loop", "f" * 16, "first-loop")
+    try:
+        assert main(["loop", "--config", str(path)]) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert err.startswith(f"trainer loop: {tmp_path / 'loop'} is in use by another trainer loop "
+                          f"run (pid {holder.pid} on ") and "first-loop" in err, err
+    assert not (tmp_path / "loop" / "loop.json").exists()  # nothing was claimed
+
+
 def test_a_round_manifest_takes_each_phases_wall_time(tmp_path):
     """An eval report's `seconds` is a dict per section (its wall time is `wall_seconds`); the
     manifest once round()ed that dict, and every round 0 ended in a TypeError."""

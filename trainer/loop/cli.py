@@ -16,12 +16,13 @@ from trainer.config import ConfigError
 
 
 def _run(args: argparse.Namespace) -> int:
+    from datagen.pipeline.shards import OutputConflict
     from trainer.loop import load_loop_config, run_loop
     from trainer.loop.run import PhaseFailed
 
     try:
         result = run_loop(load_loop_config(args.config, args.set))
-    except (ConfigError, FileNotFoundError) as exc:
+    except (ConfigError, FileNotFoundError, OutputConflict) as exc:
         print(f"trainer loop: {exc}", file=sys.stderr)
         return 2
     except PhaseFailed as exc:

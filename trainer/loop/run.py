@@ -117,11 +117,21 @@ def _checked(build: Callable[[], Any], section: str) -> Any:
 
 def run_loop(config: LoopConfig) -> LoopResult:
     """Run (or continue) the loop described by `config`; blocks until it stops."""
-    from trainer.fit import init_ray
+    from datagen.pipeline.runlock import FileRunLock, LockOwner
 
     plan = make_plan(config)
     plan.out.mkdir(parents=True, exist_ok=True)
-    claim(plan.out, loop_fingerprint(plan.config), plan.config.model_dump(mode="json"))
+    fingerprint = loop_fingerprint(plan.config)
+    # one loop at a time in OUT (a second one is refused naming the first; the kernel frees
+    # the lock when the holder dies, so a killed loop's rerun continues)
+    with FileRunLock(plan.out, LockOwner.current(fingerprint), kind="trainer loop"):
+        claim(plan.out, fingerprint, plan.config.model_dump(mode="json"))
+        return _run_rounds(plan)
+
+
+def _run_rounds(plan: Plan) -> LoopResult:
+    from trainer.fit import init_ray
+
     init_ray(plan.config.ray_address)
     manifests: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
