@@ -17,7 +17,9 @@ student temperature), critics.repair.repair_failed with critics.rule_critic (wha
 critic stage calls for `critics.backend: rule`, seeded per rollout as that stage seeds it),
 and the replay share of trainer.loop.mix. Model, training step and evaluation are
 tests/gpu/selfcheck_learning.py's (SAD with the one-hot signal of scripted data, as the
-loop's `recipe: sad` on oracle data).
+loop's `recipe: sad` on oracle data). Needs selfcheck_learning's packages plus pyarrow, which
+is required here (the student's episodes run through datagen's episode runner, and
+trainer.loop.mix imports it); no Ray, vLLM, DeepSpeed or downloads.
 
 Checks: every training loss finite and falling; the student failed some fresh tasks and the
 rule critic repaired some; every repair's `source_id` is one of the student's failed
