@@ -67,20 +67,32 @@ def oracle_texts(count: int, seed: int) -> tuple[list[str], list[list[dict]], se
     """Rendered oracle trajectories of training tasks 0..count-1 of run seed `seed` (the
     generation id space; held-out tasks come from trainer.heldout's disjoint one)."""
     from datagen.chat import render_trajectory
-    from datagen.tasks import TaskSource
     from datagen.teachers import EnvPool, OracleTeacher
 
     pool = EnvPool()
-    tasks = [t for t in TaskSource(ENVS, (1.0,) * len(ENVS), seed, count).generate(0, count, pool)
-             if hasattr(t, "gold")]
+    tasks = generated_tasks(count, seed, pool)
     texts, spans = [], []
     for trajectory in OracleTeacher().rollout_batch(tasks, pool):
         if trajectory.success:
             text, span_objects = render_trajectory(trajectory)
             texts.append(text)
-            spans.append([{"kind": s.kind, "start": s.start, "end": s.end, "step": s.step}
-                          for s in span_objects])
+            spans.append(span_dicts(span_objects))
     return texts, spans, {t.instruction for t in tasks}
+
+
+def generated_tasks(count: int, seed: int, pool=None) -> list:
+    """Tasks 0..count-1 of run seed `seed`, as a generation run draws them (ids
+    `{env}-{seed}-{i}`); tasks that failed to generate (no gold) are left out."""
+    from datagen.tasks import TaskSource
+    from datagen.teachers import EnvPool
+
+    source = TaskSource(ENVS, (1.0,) * len(ENVS), seed, count)
+    return [t for t in source.generate(0, count, pool or EnvPool()) if hasattr(t, "gold")]
+
+
+def span_dicts(spans) -> list[dict]:
+    """datagen Span objects as the dicts trainer.tokens.tokenize_with_spans reads."""
+    return [{"kind": s.kind, "start": s.start, "end": s.end, "step": s.step} for s in spans]
 
 
 def heldout(count: int, training_instructions: set[str]) -> list:
@@ -153,8 +165,8 @@ def train(model, data: list, objective: str, teacher, lr: float, device: torch.d
     for ids, spans in data:
         ids, spans = ids.to(device), spans.to(device)
         with autocast:
-            signal = TeacherSignal("onehot")
-            if objective != "sft":
+            signal = TeacherSignal("onehot")  # SAD without a teacher: span-weighted CE
+            if objective != "sft" and teacher is not None:
                 with torch.no_grad():
                     out = teacher(input_ids=ids, span_ids=spans, use_cache=False,
                                   return_hidden=True, logits_to_keep=1)
@@ -206,17 +218,28 @@ def span_chars(tasks: list) -> int:
 def play(model, tokenizer: TextTokenizer, tasks: list, directory: Path, device: torch.device,
          turn_tokens: int, turns: int) -> dict:
     try:
-        from trainer.eval import rollout, summarize
-        from trainer.generation import GenerationConfig
-        directory.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(str(directory))
-        tokenizer.save(directory)
-        summary = summarize(*rollout(str(directory), tasks, max_steps=turns, device=device.type,
-                                     generation=GenerationConfig(max_new_tokens=turn_tokens),
-                                     max_batch_size=16))
+        from trainer.eval import summarize
+        summary = summarize(*rollouts(model, tokenizer, tasks, directory, device, turn_tokens, turns))
     except ImportError as exc:  # pyarrow missing: the step-level metrics stand alone
         return {"episodes_skipped": f"{type(exc).__name__}: {exc}"}
     return {"success_rate": summary["success_rate"], "syntax_error_rate": summary["syntax_error_rate"]}
+
+
+def rollouts(model, tokenizer: TextTokenizer, tasks: list, directory: Path, device: torch.device,
+             turn_tokens: int, turns: int, temperature: float = 0.0, seed: int = 0,
+             on_invalid_turn: str = "stop") -> tuple[list, list]:
+    """`model` plays `tasks` (saved to `directory` first: trainer.eval plays checkpoints);
+    the trajectories and the decoder's turns. ImportError when pyarrow is missing."""
+    from trainer.eval import rollout
+    from trainer.generation import GenerationConfig
+
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(directory))
+    tokenizer.save(directory)
+    return rollout(str(directory), tasks, max_steps=turns, device=device.type,
+                   generation=GenerationConfig(max_new_tokens=turn_tokens, temperature=temperature,
+                                               seed=seed),
+                   on_invalid_turn=on_invalid_turn, max_batch_size=16)
 
 
 def main() -> int:
