@@ -55,6 +55,7 @@ are proposed (`certain` below; the facts stated in prose come from `prose.py`):
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Iterator
 
@@ -128,8 +129,9 @@ def wrong_entity(ctx: MutationContext) -> Iterator[Candidate]:
             found = list(found)[: MAX_ALTERNATIVES * 4] if found is not None else []
         except Exception:  # noqa: BLE001 - a broken hook just offers no alternatives
             continue
-        usable = [v for v in found if non_json_reason(v) is None and not json_equal(v, slot.value)]
-        for value in usable[:MAX_ALTERNATIVES]:
+        # checked lazily: the first MAX_ALTERNATIVES usable ones, not all that were found
+        usable = (v for v in found if non_json_reason(v) is None and not json_equal(v, slot.value))
+        for value in itertools.islice(usable, MAX_ALTERNATIVES):
             yield _replace(ctx, slot.parts, "wrong_entity", slot.value, value,
                            f"another existing value for {path}")
 

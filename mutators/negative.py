@@ -176,8 +176,12 @@ def interleave_by(candidates: list[Candidate], rng: random.Random,
 
 def _drawn(members: list[Candidate], rng: random.Random, shuffle: bool,
            prefer: Callable[[Candidate], bool] | None) -> Iterator[Candidate]:
-    pools = [members] if prefer is None or not shuffle else [
-        [c for c in members if prefer(c)], [c for c in members if not prefer(c)]]
+    if prefer is None or not shuffle:
+        pools = [members]
+    else:  # one pass (`prefer` once per candidate), each part in the members' order
+        pools = [[], []]
+        for candidate in members:
+            pools[not prefer(candidate)].append(candidate)
     for pool in pools:
         pool = pool[::-1]  # popped from the end: in order, or a random one swapped there
         while pool:
