@@ -56,6 +56,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"trainer eval: --out: cannot write {args.out} (no such writable folder, or a "
               f"folder of that name)", file=sys.stderr)
         return 2
+    from datagen.envs import import_modules
+
+    try:  # the user's environment modules, before any model loads
+        import_modules(list(args.env_modules))
+    except ImportError as exc:
+        print(f"trainer eval: --env-modules: {exc}", file=sys.stderr)
+        return 2
     try:
         report = evaluate(config_from_args(args))
     except ValidationError as exc:
@@ -63,7 +70,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"trainer eval: invalid settings: {problems}", file=sys.stderr)
         return 2
     except (LeakError, FileNotFoundError, KeyError, ValueError) as exc:
-        print(f"trainer eval: {exc}", file=sys.stderr)
+        # a KeyError's str() is its repr: the message itself reads better
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"trainer eval: {message}", file=sys.stderr)
         return 2
     text = json.dumps(report, indent=2)
     print(text)

@@ -135,3 +135,11 @@ def test_unbounded_settings_are_refused_naming_the_field(tmp_path, capsys, flag,
     assert main(["eval", "--checkpoint", str(tmp_path), flag, value]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"trainer eval: invalid settings: {field}:") and len(err.splitlines()) == 1
+
+
+def test_unknown_environments_and_modules_are_one_line(checkpoint, capsys):
+    assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--envs", "sql,bogus"]) == 2
+    assert capsys.readouterr().err.strip() == ("trainer eval: unknown environment 'bogus'; "
+                                               "available: enterprise, fs, sql")
+    assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--env-modules", "no_such_mod"]) == 2
+    assert capsys.readouterr().err.strip() == "trainer eval: --env-modules: No module named 'no_such_mod'"
