@@ -13,20 +13,38 @@ import psutil
 from tests.conftest import ROOT, _start_head, stop_ray_processes
 
 
-def _started_since(before: set[int]) -> list[psutil.Process]:
-    """Processes started since `before` that no process of `before` started (the session's
-    own Ray head may start workers meanwhile; this head's processes are daemons or theirs)."""
-    older = before - {1, os.getpid()}
+def _processes_of_head(temp_dir: str, port: int, before: set[int]) -> list[psutil.Process]:
+    """The head's processes, found independently of how `stop_ray_processes` finds them:
+    new since `before`, and naming the head's temp dir or GCS port or connected to that port
+    (the renamed agents and the client server talk to the GCS). Other sessions' heads on the
+    host (a parallel test run) are left out."""
     found = []
-    for proc in psutil.process_iter(["cmdline", "name"]):
-        try:
-            if (proc.pid in before or proc.status() == psutil.STATUS_ZOMBIE
-                    or any(parent.pid in older for parent in proc.parents())):
-                continue
-        except psutil.NoSuchProcess:
+    for proc in psutil.process_iter(["cmdline"]):
+        if proc.pid in before:
             continue
-        found.append(proc)
+        try:
+            command = " ".join(proc.info["cmdline"] or [])
+            talks = any(c.raddr and c.raddr.port == port
+                        for c in proc.net_connections(kind="tcp"))
+            if temp_dir in command or f":{port}" in command or talks:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
     return found
+
+
+def _describe(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())[:200] or proc.name()
+    except psutil.Error:
+        return f"pid {proc.pid}"
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_a_stopped_head_leaves_no_process():
@@ -34,13 +52,14 @@ def test_a_stopped_head_leaves_no_process():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     temp_dir, port, _ = _start_head(env)
     try:
-        started = _started_since(before)
-        names = " ".join(" ".join(p.info["cmdline"] or [p.info["name"]]) for p in started)
+        time.sleep(2)  # the agents connect to the GCS once started
+        ours = _processes_of_head(temp_dir, port, before)
+        names = " ".join(_describe(p) for p in ours)
         assert "ray.util.client.server" in names and "DashboardAgent" in names, names[:2000]
     finally:
         stop_ray_processes(temp_dir, port)
         shutil.rmtree(temp_dir, ignore_errors=True)
     deadline = time.monotonic() + 10
-    while (left := _started_since(before)) and time.monotonic() < deadline:
+    while (left := [p for p in ours if _alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not left, [" ".join(p.info["cmdline"] or [p.info["name"]])[:200] for p in left]
+    assert not left, [_describe(p) for p in left]
