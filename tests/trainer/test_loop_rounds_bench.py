@@ -11,7 +11,8 @@ REQUIRED = ["--start", "ckpt", "--data", "out/demo", "--tokenizer", "tok", "--ou
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("loop_rounds", ROOT / "benchmarks" / "loop_rounds.py")
+    path = ROOT / "benchmarks" / "loop_rounds.py"
+    spec = importlib.util.spec_from_file_location("loop_rounds", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
