@@ -37,7 +37,7 @@ def loop_overrides(args: argparse.Namespace) -> list[str]:
         f"out={args.out}", f"rounds={args.rounds}", f"seed={args.seed}",
         f"round0.data={args.data}", f"round0.checkpoint={args.start}",
         f"student.num_tasks={args.tasks}", f"student.chunk_size={args.tasks}",
-        f"student.envs={envs}", f"student.max_turns={args.max_turns}",
+        f"student.envs={envs}", f"student.max_turns={args.student_max_turns or args.max_turns}",
         f"student.max_tokens_per_turn={args.max_tokens}", f"student.temperature={args.temperature}",
         f"train.steps_per_round={args.steps}", f"train.replay_share={args.replay_share}",
         "train.set=[run.progress=false,run.save_every=0,data.max_seq_len=1024,"
@@ -90,7 +90,7 @@ def start_local_ray() -> None:
             ray.shutdown()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/loop_bench")
     parser.add_argument("--start", required=True, help="round 0's student (checkpoint/run dir)")
@@ -100,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--envs", nargs="+", default=["sql"])
     parser.add_argument("--tasks", type=int, default=40, help="fresh tasks per student round")
-    parser.add_argument("--max-turns", type=int, default=6)
+    parser.add_argument("--max-turns", type=int, default=6,
+                        help="the evaluation's turn budget is this + 2")
+    parser.add_argument("--student-max-turns", type=int, default=None,
+                        help="the student rollouts' turn budget (default: --max-turns)")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--steps", type=int, default=100, help="SAD steps per student round")
@@ -113,9 +116,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="held-out tasks for IRR each round (0: none)")
     parser.add_argument("--seed", type=int, default=0,
                         help="the replay draw's and the student rounds' training seed")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    import ray
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
 
     from trainer.loop import load_loop_config, run_loop
 
