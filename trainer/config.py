@@ -31,6 +31,9 @@ class StrictModel(BaseModel):
 # allocating it. (datagen's config has its own, for the same reason.)
 MAX_TOKENS = 1 << 20
 MAX_BATCH = 65_536
+MAX_TURNS = 256  # assistant turns per episode: the longest gold solution is ~10 calls
+MAX_NEW_TOKENS = 32_768  # tokens per generated turn: longer than any context here
+MAX_SEED = 2**63 - 1  # seeds travel as int64
 
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -258,8 +261,8 @@ class PPOConfig(StrictModel):
     rollout_cpus: float = Field(1.0, gt=0, description="CPUs reserved per rollout actor")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of rollouts; the "
                                "learner scores tokens at the same temperature")
-    max_turns: int = Field(6, ge=1, le=256, description="assistant turns per episode")
-    max_tokens_per_turn: int = Field(128, ge=1, le=32_768, description="token budget per turn (a turn "
+    max_turns: int = Field(6, ge=1, le=MAX_TURNS, description="assistant turns per episode")
+    max_tokens_per_turn: int = Field(128, ge=1, le=MAX_NEW_TOKENS, description="token budget per turn (a turn "
                                      "that hits it is truncated: penalised)")
     on_invalid_turn: Literal["stop", "feedback"] = Field(
         "stop", description="stop = a malformed turn ends the episode (as trainer eval plays); "

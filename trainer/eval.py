@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from trainer.config import StrictModel
+from trainer.config import MAX_NEW_TOKENS, MAX_SEED, MAX_TURNS, StrictModel
 
 if TYPE_CHECKING:  # torch, transformers and datagen load only when an evaluation runs
     from datagen.teachers.config import TeacherConfig
@@ -55,14 +55,6 @@ if TYPE_CHECKING:  # torch, transformers and datagen load only when an evaluatio
 # Failed-turn kinds that mean the call itself was malformed (datagen.teachers.episode.judge_turn)
 SYNTAX_ERRORS = frozenset({"invalid_json", "invalid_call", "unterminated_call", "multiple_calls",
                            "unknown_tool", "invalid_arguments", "truncated", "not_text"})
-
-
-# Upper bounds so that no flag can start an evaluation that cannot end or fit: a turn budget
-# past any task's need (the longest gold solution is ~10 calls), a turn longer than any
-# context here, seeds that travel as int64.
-MAX_TURNS = 256
-MAX_NEW_TOKENS = 32_768
-MAX_SEED = 2**63 - 1
 
 
 class EvalConfig(StrictModel):

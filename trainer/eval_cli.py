@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,9 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
 def _run(args: argparse.Namespace) -> int:
     from trainer.heldout import LeakError
 
-    if args.out and not _writable(Path(args.out)):  # found out before minutes of evaluation
+    from datagen.pipeline.storage import writable_file
+
+    if args.out and not writable_file(args.out):  # found out before minutes of evaluation
         print(f"trainer eval: --out: cannot write {args.out} (no such writable folder, or a "
               f"folder of that name)", file=sys.stderr)
         return 2
@@ -83,11 +84,6 @@ def _run(args: argparse.Namespace) -> int:
             print(f"trainer eval: --out: cannot write {args.out}: {exc.strerror}", file=sys.stderr)
             return 2
     return 0
-
-
-def _writable(path: Path) -> bool:
-    folder = path.absolute().parent
-    return folder.is_dir() and os.access(folder, os.W_OK) and not path.is_dir()
 
 
 def add_eval_command(commands: Any) -> None:

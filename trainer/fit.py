@@ -94,14 +94,12 @@ def init_ray(address: str | None) -> None:
     placement-group cleanup relies on the State API it serves)."""
     import ray
 
-    from datagen.pipeline.cluster import check_gcs_address
+    from datagen.pipeline.cluster import check_address
 
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")
-    if address not in (None, "", "auto", "local") and not address.startswith("ray://"):
-        # bounded: ray.init alone retried an address where nothing answers for minutes
-        check_gcs_address(address)
+    check_address(address)  # bounded: ray.init alone retried a silent address for minutes
     runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
         filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
         "TOKENIZERS_PARALLELISM": "false"}}

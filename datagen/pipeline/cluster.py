@@ -41,10 +41,16 @@ def init_ray(address: str | None = None) -> bool:
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
-    if address not in (None, "auto", "local") and not address.startswith("ray://"):
-        check_gcs_address(address)
+    check_address(address)
     ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
     return address is None
+
+
+def check_address(address: str | None) -> None:
+    """`check_gcs_address` for an address that names a GCS; no address (a local Ray),
+    `auto`, `local` and Ray Client's `ray://` are left to `ray.init`."""
+    if address not in (None, "", "auto", "local") and not address.startswith("ray://"):
+        check_gcs_address(address)
 
 
 def check_gcs_address(address: str) -> None:

@@ -9,7 +9,6 @@ Only the oracle agent runs today; a teacher backend plugs in as a `critics.irr.P
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import orjson
 from datagen.config import MAX_SEED
 from datagen.config_files import ConfigError
 from datagen.envs import DEFAULT_ENVS, resolve_env
+from datagen.pipeline.storage import writable_file
 from mutators import ALL_KINDS
 
 # An oracle episode takes ~1-5 ms: 100,000 tasks is minutes, not a run that never ends; a
@@ -75,11 +75,9 @@ def _check_inputs(args: argparse.Namespace) -> None:
         except Exception as exc:  # noqa: BLE001 - unknown name, module not importable, not a class
             raise ConfigError(f"--envs: {name!r} is not an environment ({type(exc).__name__}: "
                               f"{str(exc)[:200]})") from None
-    if args.json:
-        folder = Path(args.json).absolute().parent
-        if not folder.is_dir() or not os.access(folder, os.W_OK) or Path(args.json).is_dir():
-            raise ConfigError(f"--json: cannot write {args.json} (no such writable folder, "
-                              f"or a folder of that name)")
+    if args.json and not writable_file(args.json):
+        raise ConfigError(f"--json: cannot write {args.json} (no such writable folder, "
+                          f"or a folder of that name)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -41,6 +41,13 @@ def is_uri(location: str | Path) -> bool:
     return "://" in str(location)
 
 
+def writable_file(path: str | Path) -> bool:
+    """Whether a report file can be written at `path` (its folder exists and is writable,
+    and `path` is no folder): checked before minutes of work, not after."""
+    folder = Path(path).absolute().parent
+    return folder.is_dir() and os.access(folder, os.W_OK) and not Path(path).is_dir()
+
+
 def join(location: str | Path, relative: str) -> str:
     """`relative` under a path or URI, as text (a Path would turn `s3://` into `s3:/`)."""
     return f"{str(location).rstrip('/')}/{relative}" if is_uri(location) else str(

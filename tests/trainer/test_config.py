@@ -214,18 +214,17 @@ def test_a_failed_training_is_one_line_naming_the_first_workers_cause():
 
 
 def test_a_second_fit_into_a_held_run_dir_is_refused_naming_the_holder(tmp_path, capsys,
-                                                                       monkeypatch):
+                                                                       monkeypatch,
+                                                                       tiny_tokenizer_dir):
     """Two fits in one run directory would interleave checkpoints and metrics: the second is
     refused before Ray, naming the first; once the first is gone (killed: the kernel frees
     its flock) the directory can be taken again."""
     import trainer.fit
-    from datagen.tokenizer import build_bpe_tokenizer
-    from tests.datagen.helpers import oracle_texts, start_lock_holder
+    from tests.datagen.helpers import start_lock_holder
     from trainer.__main__ import main
 
     monkeypatch.setattr(trainer.fit, "init_ray", lambda *a, **k: pytest.fail("reached Ray"))
-    tokenizer = tmp_path / "tok"
-    build_bpe_tokenizer(oracle_texts(5), vocab_size=300, out_dir=tokenizer)
+    tokenizer = tiny_tokenizer_dir
     run_dir = tmp_path / "run"
     holder = start_lock_holder(run_dir, "f" * 16, "first-fit")
     try:
@@ -245,23 +244,21 @@ def test_a_second_fit_into_a_held_run_dir_is_refused_naming_the_holder(tmp_path,
     assert not (run_dir / "_run.lock").exists()
 
 
-def test_an_address_where_no_ray_answers_fails_in_seconds(tmp_path, capsys, monkeypatch):
+def test_an_address_where_no_ray_answers_fails_in_seconds(tmp_path, capsys, monkeypatch,
+                                                           tiny_tokenizer_dir):
     """`ray.init` alone retried for minutes; the trainer checks the address as datagen does."""
     import time
 
     import ray
 
-    from datagen.tokenizer import build_bpe_tokenizer
-    from tests.datagen.helpers import oracle_texts
     from trainer.__main__ import main
 
-    build_bpe_tokenizer(oracle_texts(5), vocab_size=300, out_dir=tmp_path / "tok")
     # in the full suite this process is connected to the session's head; the check must run
     # as in a fresh `trainer fit` process (it raises before ray.init, so nothing is replaced)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     started = time.monotonic()
     assert main(["fit", "--config", str(ROOT / "configs" / "train_tiny.yaml"),
-                 "--set", f"tokenizer={tmp_path / 'tok'}", "--set", f"run_dir={tmp_path / 'run'}",
+                 "--set", f"tokenizer={tiny_tokenizer_dir}", "--set", f"run_dir={tmp_path / 'run'}",
                  "--set", "ray_address=127.0.0.1:1"]) == 2
     assert time.monotonic() - started < 30
     assert capsys.readouterr().err.startswith("cannot train: cannot reach a Ray cluster at "

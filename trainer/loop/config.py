@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
-from trainer.config import StrictModel, load_model
+from trainer.config import MAX_NEW_TOKENS, MAX_TURNS, StrictModel, load_model
 
 
 
@@ -61,8 +61,8 @@ class StudentConfig(StrictModel):
                              "+ r * seed_stride: another run seed, so tasks (ids and seeds) "
                              "that no earlier round trained on; held-out eval tasks live in a "
                              "space no run seed reaches (trainer.heldout)")
-    max_turns: int = Field(6, ge=1, le=256, description="assistant turns per episode")
-    max_tokens_per_turn: int = Field(128, ge=1, le=32_768, description="token budget per turn (a turn "
+    max_turns: int = Field(6, ge=1, le=MAX_TURNS, description="assistant turns per episode")
+    max_tokens_per_turn: int = Field(128, ge=1, le=MAX_NEW_TOKENS, description="token budget per turn (a turn "
                                      "that hits it is truncated: a failed step)")
     temperature: float = Field(0.7, ge=0, description="sampling temperature; 0 = greedy (the "
                                "same failure on every try of a task)")
