@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from datagen.bounded_read import FileTooLarge, read_bounded
+
 
 class ConfigError(ValueError):
     """A config that cannot run; the message names the field and the allowed values."""
@@ -100,15 +102,14 @@ def parse_override(item: str) -> tuple[str, Any]:
 def read_yaml(path: str | Path, kind: str = "config") -> dict[str, Any]:
     """A YAML mapping from `path`, bounded in bytes; `kind` names the file in messages."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        raw = read_bounded(path, MAX_CONFIG_BYTES)
+    except FileTooLarge:
+        raise ConfigError(f"{kind} {path} is over {MAX_CONFIG_BYTES:,} bytes; a config is a "
+                          "few dozen lines") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {kind} {path}: {exc.strerror or exc}") from None
     except ValueError as exc:  # a NUL in the path (only from Python callers: argv has none)
         raise ConfigError(f"cannot read {kind} {path!r}: {exc}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{kind} {path} is over {MAX_CONFIG_BYTES:,} bytes; a config is a "
-                          "few dozen lines")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -32,7 +32,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from datagen.bounded_read import FileTooLarge, read_bounded
+
 TMP_DIR = "_tmp"  # LocalStorage's staging folder for atomic writes (shards.py clears it)
+# `read` serves OUT's records (manifest.json, _run.json, chunk markers), never shards. The
+# manifest is the largest, ~1.5 KB a chunk: ~1.5 GB at the 1,000,000-chunk maximum a config
+# allows. Anything larger, or not a regular file, is not a record datagen wrote.
+MAX_RECORD_BYTES = 2 << 30
 _HASH_BLOCK = 1 << 20
 
 
@@ -69,7 +75,7 @@ class Storage(Protocol):
 
     def kind(self) -> str: ...  # "missing" | "dir" | "file": what OUT itself is
 
-    def read(self, relative: str) -> bytes: ...
+    def read(self, relative: str) -> bytes: ...  # at most MAX_RECORD_BYTES, else OSError
 
     def write(self, relative: str, data: bytes) -> None: ...  # whole or not at all
 
@@ -100,7 +106,7 @@ class LocalStorage:
 
     def read(self, relative: str) -> bytes:
         try:
-            return (self.root / relative).read_bytes()
+            return read_bounded(self.root / relative, MAX_RECORD_BYTES)
         except NotADirectoryError:
             raise FileNotFoundError(self.full(relative)) from None
 
@@ -161,7 +167,11 @@ class ArrowStorage:
 
     def read(self, relative: str) -> bytes:
         with self.fs.open_input_stream(self._key(relative)) as stream:
-            return stream.read()
+            data = stream.read(MAX_RECORD_BYTES + 1)
+        if len(data) > MAX_RECORD_BYTES:
+            raise FileTooLarge(f"{self.full(relative)} is over the {MAX_RECORD_BYTES:,} bytes "
+                               "a datagen record may have")
+        return data
 
     def write(self, relative: str, data: bytes) -> None:
         with self.fs.open_output_stream(self._key(relative)) as stream:

@@ -54,6 +54,12 @@ def test_a_config_that_is_not_utf8(tmp_path, capsys):
     _fails_clearly(capsys, ["generate", "--config", config], "is not UTF-8 text", config)
 
 
+def test_a_config_that_is_a_fifo_is_refused_not_waited_on(tmp_path, capsys):
+    config = tmp_path / "config.yaml"
+    os.mkfifo(config)
+    _fails_clearly(capsys, ["generate", "--config", str(config)], "not a regular file")
+
+
 def test_a_relative_env_module(tmp_path, capsys):
     config = _config(tmp_path, "env_modules: ['.foo']\n")
     _fails_clearly(capsys, ["generate", "--config", config], "env_modules:",
@@ -171,6 +177,11 @@ def test_inspect_of_a_damaged_or_foreign_out(tmp_path, capsys):
                    "truncated", "datagen verify")
     (out / "manifest.json").write_text("{")
     _fails_clearly(capsys, ["inspect", str(out)], "manifest.json is unreadable")
+    (out / "manifest.json").unlink()
+    (out / "manifest.json").symlink_to("/dev/zero")  # was read until memory ran out
+    for command in ("inspect", "verify"):
+        _fails_clearly(capsys, [command, str(out)], "manifest.json is unreadable",
+                       "not a regular file")
     _fails_clearly(capsys, ["inspect", str(tmp_path)], "has no manifest.json")
 
 

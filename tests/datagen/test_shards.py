@@ -170,7 +170,8 @@ def test_resume_drops_a_truncated_shard_and_its_chunk(tmp_path):
     assert [r.chunk for r in store.records()] == [0, 2]
 
 
-@pytest.mark.parametrize("damage", ["delete", "rewrite_tail", "corrupt_marker", "foreign_marker"])
+@pytest.mark.parametrize("damage", ["delete", "rewrite_tail", "corrupt_marker", "foreign_marker",
+                                    "marker_is_a_device"])
 def test_resume_drops_every_kind_of_damaged_chunk(tmp_path, damage):
     store = _resumable_out(tmp_path)
     shard, marker = store.shard_path("negatives", 2), store.marker_path(2)
@@ -181,6 +182,9 @@ def test_resume_drops_every_kind_of_damaged_chunk(tmp_path, damage):
         shard.write_bytes(data[:-8] + b"\0" * 8)
     elif damage == "corrupt_marker":
         marker.write_bytes(marker.read_bytes()[:20])
+    elif damage == "marker_is_a_device":  # was read until memory ran out
+        marker.unlink()
+        marker.symlink_to("/dev/zero")
     else:
         marker.write_bytes(store.marker_path(0).read_bytes())
     assert store.records() is not None  # never raises, whatever the markers hold
