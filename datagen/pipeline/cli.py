@@ -22,6 +22,7 @@ from typing import Any
 
 from datagen.config import ConfigError, load_config, parse_override
 from datagen.pipeline.eval_irr import add_parser as add_eval_parser
+from datagen.pipeline.eval_irr import int_between
 from datagen.pipeline.eval_irr import run as run_eval
 from datagen.pipeline.runlock import LockOwner, run_lock
 from datagen.pipeline.shards import OutputConflict, OutputUnreadable
@@ -30,6 +31,7 @@ from datagen.pipeline.storage import is_uri
 # What a user can cause and fix: one line on stderr, exit code 2. Anything else is a bug and
 # keeps its traceback.
 USER_ERRORS = (ConfigError, OutputConflict, OutputUnreadable)
+MAX_SAMPLES = 1_000  # each sample reads its own row group; more is a job for Polars
 
 
 class OutputUnusable(OutputConflict):
@@ -59,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
                      "rerunning `datagen generate` with the same config regenerates them")
     ins = commands.add_parser("inspect", help="summarise a generated dataset")
     ins.add_argument("out", help="output directory of a run")
-    ins.add_argument("--samples", type=int, default=2, help="trajectories to print")
+    ins.add_argument("--samples", type=int_between(0, MAX_SAMPLES), default=2,
+                     help=f"trajectories to print (0 .. {MAX_SAMPLES:,})")
     ins.add_argument("--seed", type=_sample_seed, default=0,
                      help="which trajectories to sample (0 .. 2^64-1)")
     add_eval_parser(commands)

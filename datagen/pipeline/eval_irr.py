@@ -27,7 +27,7 @@ MAX_TASKS = 100_000
 MAX_EXTRA_TURNS = 32
 
 
-def _int_between(low: int, high: int) -> Any:
+def int_between(low: int, high: int) -> Any:
     """An argparse type: an integer in low .. high, else a one-line usage error."""
     def parse(text: str) -> int:
         try:
@@ -45,13 +45,13 @@ def add_parser(commands: Any) -> None:
     evaluate = commands.add_parser("eval", help="evaluate agents on held-out tasks")
     which = evaluate.add_subparsers(dest="evaluation", required=True)
     irr = which.add_parser("irr", help="recovery rate after an injected error")
-    irr.add_argument("--num-tasks", type=_int_between(1, MAX_TASKS), default=60,
+    irr.add_argument("--num-tasks", type=int_between(1, MAX_TASKS), default=60,
                      help="held-out tasks (round-robin)")
-    irr.add_argument("--seed", type=_int_between(0, MAX_SEED), default=0,
+    irr.add_argument("--seed", type=int_between(0, MAX_SEED), default=0,
                      help="same seed -> same tasks and errors")
     irr.add_argument("--envs", nargs="+", default=list(DEFAULT_ENVS))
     irr.add_argument("--kinds", nargs="+", default=list(ALL_KINDS), choices=list(ALL_KINDS))
-    irr.add_argument("--extra-turns", type=_int_between(0, MAX_EXTRA_TURNS), default=2,
+    irr.add_argument("--extra-turns", type=int_between(0, MAX_EXTRA_TURNS), default=2,
                      help="turns allowed beyond a perfect recovery")
     irr.add_argument("--agent", choices=["oracle"], default="oracle")
     irr.add_argument("--json", help="also write the summary as JSON here")

@@ -175,6 +175,11 @@ def test_inspect_of_a_damaged_or_foreign_out(tmp_path, capsys):
     out = _damaged_out(tmp_path)
     _fails_clearly(capsys, ["inspect", str(out)], "part-000001.parquet is damaged",
                    "truncated", "datagen verify")
+    for samples in ("-1", "1001", "1e12"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["inspect", str(out), "--samples", samples])
+        assert exit_.value.code == 2
+        assert "argument --samples: " in capsys.readouterr().err
     (out / "manifest.json").write_text("{")
     _fails_clearly(capsys, ["inspect", str(out)], "manifest.json is unreadable")
     (out / "manifest.json").unlink()

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
     from datagen.pipeline.inspect import DatasetView
 
+    Frame = pl.DataFrame | pl.LazyFrame
+
 CONSISTENCY = Table("consistency", CONSISTENCY_SCHEMA, "one row per rollout of a run with the "
                     "consistency filter (k rollouts per task)", {
     "trajectory_id": "the rollout (`id` in trajectories)",
@@ -209,24 +211,24 @@ class ConsistencyStage(Stage):
         """`filter_figures` per environment, then the falsified rollouts by kind."""
         import polars as pl
 
-        consistency = view.read("consistency")
+        consistency = view.scan("consistency")
         if consistency is None:
             return []
-        trajectories = view.read("trajectories", columns=["id", "success"])
+        trajectories = view.scan("trajectories", columns=["id", "success"])
         if trajectories is None:
             return view.table_lines(["consistency"])
         lines = ["", "consistency filter per environment:",
-                 view.frame(filter_figures(consistency, trajectories))]
-        falsified = consistency.filter(pl.col("falsified").fill_null(False))
+                 view.frame(view.collect(filter_figures(consistency, trajectories)))]
+        falsified = view.collect(consistency.filter(pl.col("falsified").fill_null(False))
+                                 .group_by("falsifier", "falsify_kind").len()
+                                 .sort("len", descending=True))
         if falsified.height:
-            lines += ["", "falsified by kind:", view.frame(
-                falsified.group_by("falsifier", "falsify_kind").len().sort("len",
-                                                                         descending=True))]
+            lines += ["", "falsified by kind:", view.frame(falsified)]
         return lines
 
 
-def filter_figures(consistency: pl.DataFrame, trajectories: pl.DataFrame) -> pl.DataFrame:
-    """Per environment: rollouts, tasks, the share kept, and the checker's success of all
+def filter_figures(consistency: Frame, trajectories: Frame) -> Frame:
+    """Per environment (of DataFrames, or of LazyFrames as a query): rollouts, tasks, the share kept, and the checker's success of all
     rollouts, of sample 0 (what a run without the filter writes) and of the kept ones. The
     checker is read here only to measure the filter, never by it."""
     import polars as pl

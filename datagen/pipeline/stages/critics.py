@@ -203,21 +203,21 @@ class CriticStage(Stage):
         from datagen.pipeline.stages.trajectories import format_trajectory
 
         lines: list[str] = []
-        repairs = view.read("repairs")
-        if repairs is not None and repairs.height:
+        repairs = view.scan("repairs", columns=["env", "error_kind"])
+        if repairs is not None and view.rows("repairs"):
             lines += ["", "repairs per env and error kind:",
-                      view.frame(repairs.group_by("env", "error_kind").len()
-                                 .sort("env", "error_kind"), rows=40)]
-        prefs = view.read("preferences", columns=["source", "kind"])
+                      view.frame(view.collect(repairs.group_by("env", "error_kind").len()
+                                              .sort("env", "error_kind")), rows=40)]
+        prefs = view.scan("preferences", columns=["source", "kind"])
         if prefs is not None:
             lines += ["", "preferences per source and kind:",
-                      view.frame(prefs.group_by("source", "kind").len().sort("source", "kind"),
-                                 rows=40)]
+                      view.frame(view.collect(prefs.group_by("source", "kind").len()
+                                              .sort("source", "kind")), rows=40)]
         if none := view.stats(cls.name).get("no_safety_cases"):
             lines += ["", "no safety cases declared by: " + ", ".join(sorted(none))]
-        if repairs is not None and repairs.height and view.samples > 0:
+        if view.samples > 0 and (sampled := view.sample_rows("repairs", 1)):
             lines += ["", "sampled repair (ERROR = the wrong call, excluded from the loss):"]
-            for row in repairs.sample(n=1, seed=view.seed).iter_rows(named=True):
+            for row in sampled:
                 lines += [f"critique: {row['critique']}", format_trajectory(row)]
         return lines
 

@@ -178,12 +178,12 @@ class NegativeStage(Stage):
     def inspect_lines(cls, view: DatasetView) -> list[str]:
         import polars as pl
 
-        negatives = view.read("negatives")
+        negatives = view.scan("negatives")
         if negatives is None:
             return []
-        if negatives.height == 0:
+        if view.rows("negatives") == 0:
             return ["", "negatives: none"]
-        by_kind = (negatives.group_by("kind").agg(
+        by_kind = view.collect(negatives.group_by("kind").agg(
             pl.len().alias("negatives"),
             pl.col("subkind").n_unique().alias("subkinds"),
             (~pl.col("schema_valid")).mean().round(3).alias("rejected_by_schema"),
@@ -193,8 +193,8 @@ class NegativeStage(Stage):
             by_kind = by_kind.join(pl.DataFrame([
                 {"kind": k, "impossible_rate": round(v["impossible_rate"], 3)}
                 for k, v in rates.items()]), on="kind", how="left")
-        subkinds = negatives.group_by("kind", "subkind").len().sort(
-            "kind", "len", descending=[False, True])
+        subkinds = view.collect(negatives.group_by("kind", "subkind").len().sort(
+            "kind", "len", descending=[False, True]))
         return ["", "negatives per kind:", view.frame(by_kind), "", "subkinds:",
                 view.frame(subkinds, rows=60)]
 

@@ -78,20 +78,19 @@ class TrajectoryStage(Stage):
     def inspect_lines(cls, view: DatasetView) -> list[str]:
         import polars as pl
 
-        df = view.read("trajectories")
+        df = view.scan("trajectories")
         if df is None:
             return ["(no trajectory shards yet)"]
-        lines = ["", "per environment:", view.frame(_per_env_frame(df)), "", "spans:",
-                 view.frame(_span_frame(df))]
-        failed = (df.filter(pl.col("error_kind").is_not_null()) if "error_kind" in df.columns
-                  else df.clear())  # shards of schema version 2 have no error_kind
-        if failed.height:
-            lines += ["", "errors by kind:",
-                      view.frame(failed.group_by("env", "error_kind").len().sort("env", "len"))]
+        lines = ["", "per environment:", view.frame(view.collect(_per_env_frame(df))), "",
+                 "spans:", view.frame(view.collect(_span_frame(df)))]
+        if "error_kind" in df.collect_schema().names():  # shards of schema version 2 have none
+            failed = view.collect(df.filter(pl.col("error_kind").is_not_null())
+                                  .group_by("env", "error_kind").len().sort("env", "len"))
+            if failed.height:
+                lines += ["", "errors by kind:", view.frame(failed)]
         if view.samples > 0:
             lines += ["", f"{view.samples} sampled trajectories:"]
-            for row in df.sample(n=min(view.samples, df.height),
-                                 seed=view.seed).iter_rows(named=True):
+            for row in view.sample_rows("trajectories", view.samples):
                 lines += [format_trajectory(row), ""]
         return lines
 
