@@ -19,7 +19,9 @@ start-up, the first chunk's caches, the manifest) drops out. With two worker cou
 the per-core efficiency of the larger (its per-core rate over the smaller's) and projects a
 64-core node two ways: linear (64 x the larger count's per-core rate) and losing that
 efficiency again at every doubling of the core count (a pessimistic bound on a machine whose
-cores are shared, as here). `uptime`'s load average is printed before and after.
+cores are shared, as here). `uptime`'s load average is printed before and after, and the CPU
+per trajectory of the chunk workers, the driver and Ray's own processes, differenced the same
+way: if the workers' figure rises with the worker count, the cores were not free.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ import psutil
 
 class PeakRss:
     """Samples the summed RSS of this process and of the `ray::ChunkWorker` processes among
-    its descendants (the local Ray it started; another Ray on the host is not counted).
+    its descendants (the local Ray it started; another Ray on the host is not counted), and
+    the workers' CPU seconds (the last sample before a worker exits: within 100 ms).
 
     Finding the workers means reading every process's command line (~8 ms of driver CPU, which
     competes with the workers on a small machine), so they are looked up once a second and
@@ -49,6 +52,7 @@ class PeakRss:
 
     def __init__(self) -> None:
         self.peak = 0
+        self.worker_cpu: dict[int, float] = {}  # pid -> CPU seconds when last sampled
         self._workers: list[psutil.Process] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -68,6 +72,8 @@ class PeakRss:
         for proc in self._workers:
             try:
                 total += proc.memory_info().rss
+                times = proc.cpu_times()
+                self.worker_cpu[proc.pid] = times.user + times.system
             except psutil.Error:
                 pass
         return total
@@ -137,16 +143,38 @@ def run_demo(n: int, workers: int) -> dict:
     config = load_config(DEMO_CONFIG, {"out": str(out), "num_trajectories": n,
                                        "num_workers": workers, "progress": False})
     try:
+        ray_before, driver_before = _ray_cpu(), _cpu(psutil.Process())
         with PeakRss() as rss:
             started = time.perf_counter()
             summary = run_generation(config)
             wall = time.perf_counter() - started
+        cpu = {"workers": sum(rss.worker_cpu.values()),
+               "driver": _cpu(psutil.Process()) - driver_before,
+               "ray": _ray_cpu() - ray_before}
         sizes = {table.name: sum(f.stat().st_size for f in table.glob("part-*.parquet"))
                  for table in out.iterdir() if table.is_dir() and not table.name.startswith("_")}
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return {"n": n, "wall_s": wall, "startup_s": summary.startup_seconds,
-            "peak_rss_mib": rss.peak / 2**20, "bytes": sizes}
+            "peak_rss_mib": rss.peak / 2**20, "bytes": sizes, "cpu": cpu}
+
+
+def _cpu(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return times.user + times.system
+
+
+def _ray_cpu() -> float:
+    """CPU seconds of Ray's own processes under this driver (raylet, GCS, dashboard, agents,
+    idle workers), chunk workers left out: what a run costs besides the chunks."""
+    total = 0.0
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if "ChunkWorker" not in " ".join(proc.cmdline()):
+                total += _cpu(proc)
+        except psutil.Error:
+            pass
+    return total
 
 
 def demo_rates(sizes: tuple[int, int], worker_counts: list[int]) -> dict[int, float]:
@@ -165,6 +193,11 @@ def demo_rates(sizes: tuple[int, int], worker_counts: list[int]) -> dict[int, fl
         print(f"  -> {rates[workers]:,.0f} traj/s per core with {workers} worker(s); bytes per "
               "trajectory: " + ", ".join(f"{name} {b / large:,.0f}"
                                          for name, b in sorted(runs[1]["bytes"].items())))
+        # CPU per trajectory, differenced like the rate: whether a second worker makes each
+        # trajectory dearer (cores that are not free) or the run pays more around the chunks.
+        print("     CPU us per trajectory: " + ", ".join(
+            f"{part} {(runs[1]['cpu'][part] - runs[0]['cpu'][part]) / (large - small) * 1e6:,.0f}"
+            for part in ("workers", "driver", "ray")))
     if len(rates) >= 2:
         few, many = min(rates), max(rates)
         efficiency = rates[many] / rates[few]
