@@ -188,14 +188,22 @@ def summarize(trajectories: list["Trajectory"], turns: list["Turn"]) -> dict[str
 
 
 def resolve_checkpoint(path: str) -> str:
-    """A checkpoint directory, or the newest checkpoint of a run directory."""
+    """A checkpoint directory, or the newest checkpoint of a run directory; CheckpointError
+    when it cannot be loaded (checked before any tensor is allocated)."""
+    from trainer.checkpoint_check import CheckpointError, checkpoint_problem
+
     root = Path(path)
     if (root / "config.json").exists():
-        return str(root)
-    candidates = sorted(p for p in root.glob("checkpoint_*") if (p / "config.json").exists())
-    if not candidates:
-        raise FileNotFoundError(f"no checkpoint (config.json) in {path} or its checkpoint_* dirs")
-    return str(candidates[-1])
+        found = root
+    else:
+        candidates = sorted(p for p in root.glob("checkpoint_*") if (p / "config.json").exists())
+        if not candidates:
+            raise FileNotFoundError(f"no checkpoint (config.json) in {path} or its "
+                                    "checkpoint_* dirs")
+        found = candidates[-1]
+    if problem := checkpoint_problem(found):
+        raise CheckpointError(f"checkpoint {found}: {problem}")
+    return str(found)
 
 
 def rollout(checkpoint: str, tasks: list["Task"], *, max_steps: int = 12,

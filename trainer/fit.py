@@ -53,10 +53,14 @@ def checkpoint_dir(path: str | None, field: str) -> str | None:
         return path
     from trainer.eval import resolve_checkpoint  # light: torch/datagen load lazily there
 
+    from trainer.checkpoint_check import CheckpointError
+
     try:
         return resolve_checkpoint(path)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"{field}: {exc}") from None
+    except CheckpointError as exc:
+        raise CheckpointError(f"{field}: {exc}") from None
 
 
 def absolute_paths(cfg: TrainConfig) -> TrainConfig:

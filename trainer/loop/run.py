@@ -89,11 +89,12 @@ def make_plan(config: LoopConfig) -> Plan:
         if dpo.recipe != "dpo":
             raise ConfigError(f"dpo.config: recipe must be 'dpo', not {dpo.recipe!r}")
     if config.round0.checkpoint:
+        from trainer.checkpoint_check import CheckpointError
         from trainer.eval import resolve_checkpoint
 
         try:
             resolve_checkpoint(config.round0.checkpoint)
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, CheckpointError) as exc:
             raise ConfigError(f"round0.checkpoint: {exc}") from None
     _checked(lambda: evaluation.eval_config(config.eval, "probe", []), "eval")
     base = generation.base_generate_config(config, first.data)

@@ -1,0 +1,75 @@
+"""A checkpoint that cannot be loaded is refused in one line before any tensor is allocated
+(`trainer.checkpoint_check`): `trainer eval`, `fit`'s `model.init_from`, the loop's round 0."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.trainer.helpers import tiny_model
+from trainer.__main__ import main
+from trainer.checkpoint_check import checkpoint_problem
+from trainer.fit import checkpoint_dir
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("checkpoint") / "good"
+    tiny_model(use_mch=True).save_pretrained(directory)
+    return directory
+
+
+def _damaged(good, tmp_path, **config_changes):
+    directory = tmp_path / "damaged"
+    shutil.copytree(good, directory)
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, **config_changes}))
+    return directory
+
+
+def test_a_saved_checkpoint_and_a_plain_qwen2_one_pass(good, tmp_path):
+    assert checkpoint_problem(good) is None
+    plain = tmp_path / "plain"  # the modifications off, no MCH weights: from_pretrained adds them
+    tiny_model().save_pretrained(plain)
+    config = json.loads((plain / "config.json").read_text())
+    (plain / "config.json").write_text(json.dumps({**config, "use_mch": True}))
+    assert checkpoint_problem(plain) is None
+
+
+@pytest.mark.parametrize("damage,expected", [
+    ({"hidden_size": 128}, "weights do not match config.json: model.embed_tokens.weight is "
+                           "[320, 64] in the weights, [320, 128] by the config"),
+    ({"hidden_size": 65536, "intermediate_size": 262144, "num_hidden_layers": 64,
+      "layer_types": ["full_attention"] * 64}, "GiB in float32, more than this machine's"),
+    ({"num_hidden_layers": 10**9, "layer_types": None}, "num_hidden_layers 1000000000 is not in"),
+    ({"num_hidden_layers": 64}, "must be equal to the number of `layer_types` (2)"),
+])
+def test_a_config_that_does_not_fit_its_weights_or_the_machine(good, tmp_path, damage, expected):
+    problem = checkpoint_problem(_damaged(good, tmp_path, **damage))
+    assert problem is not None and expected in problem, problem
+
+
+def test_unreadable_files(good, tmp_path):
+    directory = _damaged(good, tmp_path)
+    weights = directory / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    assert checkpoint_problem(directory).startswith("weights unreadable: ")
+    weights.unlink()
+    assert "no model.safetensors" in checkpoint_problem(directory)
+    (directory / "config.json").write_text('{"architectures": [')
+    assert checkpoint_problem(directory).startswith("config.json: JSONDecodeError")
+    (directory / "config.json").unlink()
+    (directory / "config.json").symlink_to("/dev/zero")  # read bounded, not forever
+    assert "not a regular file" in checkpoint_problem(directory)
+
+
+def test_commands_refuse_it_in_one_line_naming_the_field(good, tmp_path, capsys):
+    damaged = _damaged(good, tmp_path, hidden_size=128)
+    assert main(["eval", "--checkpoint", str(damaged), "--num-tasks", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"trainer eval: checkpoint {damaged}: weights do not match") \
+        and len(err.splitlines()) == 1, err
+    with pytest.raises(ValueError, match=r"^model.init_from: checkpoint .*weights do not match"):
+        checkpoint_dir(str(damaged), "model.init_from")

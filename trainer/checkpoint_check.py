@@ -1,0 +1,126 @@
+"""Whether a checkpoint directory can be loaded, decided before anything is allocated.
+
+`from_pretrained` trusts the directory: a config.json that is not JSON, or one whose shapes
+do not match the weights, ends in a Transformers traceback, and a mismatch is found only
+after the mismatched tensors were allocated at the config's size (a config saying 64 layers
+of width 65,536 asked for 8 GB at a time, ~16 TB in all, before failing). Here the config is
+read bounded, the model is built on the meta device (shapes, no storage), and its tensors are
+compared with the shapes in the safetensors headers; the float32 weights must also fit in
+this machine's memory. Missing or extra tensors are left to `from_pretrained`: a plain Qwen2
+checkpoint loaded into the agent model lacks the MCH head by design.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from datagen.bounded_read import read_bounded
+
+MAX_CONFIG_BYTES = 1 << 20  # a model's config.json is a few KB
+MAX_LAYERS = 1024  # building this many modules, even on the meta device, takes seconds
+INDEX_FILE = "model.safetensors.index.json"  # sharded weights
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be loaded; the message says why, in one line."""
+
+
+def checkpoint_problem(directory: str | Path) -> str | None:
+    """Why the model in `directory` cannot be loaded, or None."""
+    directory = Path(directory)
+    try:
+        config = _config(directory)
+    except Exception as exc:  # JSON, and whatever the config class's validators raise
+        return f"config.json: {_one_line(exc)}"
+    try:
+        expected = _expected_shapes(config)
+    except Exception as exc:  # the model's own constructor rejects what it cannot build
+        return f"config.json describes no model this trainer can build: {_one_line(exc)}"
+    if problem := _memory_problem(expected):
+        return problem
+    try:
+        stored = _stored_shapes(directory)
+    except (OSError, ValueError) as exc:
+        return f"weights unreadable: {_one_line(exc)}"
+    mismatched = [name for name in expected if name in stored and stored[name] != expected[name]]
+    if mismatched:
+        name = mismatched[0]
+        return (f"weights do not match config.json: {name} is {list(stored[name])} in the "
+                f"weights, {list(expected[name])} by the config ({len(mismatched)} tensors "
+                "differ)")
+    if stored and not set(stored) & set(expected):
+        return "weights hold none of the model's tensors (another architecture's checkpoint?)"
+    return None
+
+
+def _config(directory: Path):
+    from trainer.model import AgentQwen2Config
+
+    raw = json.loads(read_bounded(directory / "config.json", MAX_CONFIG_BYTES))
+    if not isinstance(raw, dict):
+        raise ValueError(f"a JSON object was expected, not {type(raw).__name__}")
+    layers = raw.get("num_hidden_layers")  # before the config class makes a list that long
+    if layers is not None and not (isinstance(layers, int) and 0 < layers <= MAX_LAYERS):
+        raise ValueError(f"num_hidden_layers {layers!r} is not in 1..{MAX_LAYERS}")
+    return AgentQwen2Config.from_pretrained(directory)
+
+
+def _expected_shapes(config) -> dict[str, tuple[int, ...]]:
+    import torch
+
+    from trainer.model import AgentQwen2ForCausalLM
+
+    with torch.device("meta"):
+        model = AgentQwen2ForCausalLM(config)
+    return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+def _memory_problem(expected: dict[str, tuple[int, ...]]) -> str | None:
+    import math
+
+    import psutil
+
+    needed = 4 * sum(math.prod(shape) for shape in expected.values())  # float32
+    total = psutil.virtual_memory().total
+    if needed > total:
+        return (f"config.json describes a model of {needed / 2**30:,.1f} GiB in float32, "
+                f"more than this machine's {total / 2**30:,.1f} GiB of memory")
+    return None
+
+
+def _stored_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape from the safetensors headers (no tensor is read)."""
+    from safetensors import SafetensorError, safe_open
+
+    index = directory / INDEX_FILE
+    if index.exists():
+        weight_map = json.loads(read_bounded(index, 64 << 20)).get("weight_map", {})
+        files = sorted({directory / name for name in weight_map.values()})
+    elif (directory / "model.safetensors").exists():
+        files = [directory / "model.safetensors"]
+    elif (directory / "pytorch_model.bin").exists():
+        return {}  # pickled weights have no header to read: left to from_pretrained
+    else:
+        raise FileNotFoundError("no model.safetensors (or pytorch_model.bin) in the checkpoint")
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        if file.parent != directory:
+            raise ValueError(f"{INDEX_FILE} names a file outside the checkpoint: {file.name}")
+        try:
+            with safe_open(str(file), framework="pt") as weights:
+                for name in weights.keys():
+                    shapes[name] = tuple(weights.get_slice(name).get_shape())
+        except SafetensorError as exc:
+            raise ValueError(f"{file.name}: {exc}") from None
+    return shapes
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one line: some validators put the reason on a second line."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    text = text if len(text) <= limit else text[:limit] + " ..."
+    return f"{type(exc).__name__}: {text}"
+
+
+__all__ = ["CheckpointError", "checkpoint_problem"]
