@@ -296,9 +296,11 @@ def check_reference(checkpoint: str, reference: str | None) -> str | None:
     (log-probabilities over different token sequences are not comparable)."""
     if reference is None:
         return None
-    from trainer.tokens import TextTokenizer
+    from trainer.tokens import TextTokenizer, tokenizer_problem
 
     resolved = resolve_checkpoint(reference)
+    if problem := tokenizer_problem(resolved):
+        raise ValueError(f"--reference {reference}: {problem}")
     if TextTokenizer(resolved).backend.get_vocab() != TextTokenizer(checkpoint).backend.get_vocab():
         raise ValueError(f"--reference {reference}: its tokenizer differs from the "
                          f"checkpoint's ({checkpoint}); the reference must share it")
@@ -359,9 +361,12 @@ def _evaluate(config: EvalConfig) -> dict[str, Any]:
     from datagen.envs import import_modules
 
     from trainer.heldout import heldout_tasks
+    from trainer.tokens import tokenizer_problem
 
     import_modules(list(config.env_modules))
     checkpoint = resolve_checkpoint(config.checkpoint)
+    if problem := tokenizer_problem(checkpoint):  # the checkpoint's own, saved beside it
+        raise ValueError(f"checkpoint {checkpoint}: {problem}")
     reference = check_reference(checkpoint, config.reference)
     started = time.perf_counter()
     chosen = heldout_tasks(config.envs, config.num_tasks, config.eval_seed, config.shards)

@@ -73,3 +73,8 @@ def test_commands_refuse_it_in_one_line_naming_the_field(good, tmp_path, capsys)
         and len(err.splitlines()) == 1, err
     with pytest.raises(ValueError, match=r"^model.init_from: checkpoint .*weights do not match"):
         checkpoint_dir(str(damaged), "model.init_from")
+    # eval plays with the checkpoint's own tokenizer: none beside it was a tokenizers traceback
+    assert main(["eval", "--checkpoint", str(good), "--num-tasks", "1"]) == 2
+    assert capsys.readouterr().err.strip() == (f"trainer eval: checkpoint {good}: tokenizer "
+                                               f"{good} has no tokenizer.json (build one: "
+                                               "scripts/build_tokenizer.py)")
