@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from mutators import extra_kinds, hallucinated_key, logical_error, type_error
 from mutators.jsonvalues import copy_json
 from mutators.negative import (ALL_KINDS, KINDS, KindSpec, MutationContext, MutationReport,
-                               Negative, Operator, Rejected)
+                               Negative, Operator, Rejected, materialise)
 from mutators.outcome import OutcomeProbe
 from mutators.slots import walk
 from mutators.validate import (ToolInfo, ValidationError, call_arguments, load_tool,
@@ -96,8 +96,9 @@ def _run_kind(spec: KindSpec, ctx: MutationContext) -> Negative | Rejected:
     if not candidates:
         return Rejected("no_candidate", spec.impossible(ctx))
     tried = 0
-    for candidate in itertools.islice(spec.order(candidates, ctx.rng), MAX_TRIED):
+    for drawn in itertools.islice(spec.order(candidates, ctx.rng), MAX_TRIED):
         tried += 1
+        candidate = materialise(drawn, ctx)
         call = candidate.build()
         errors = validate_with(call, ctx.tool)
         if spec.accepts(ctx, candidate, call, errors):
