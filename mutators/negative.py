@@ -127,18 +127,20 @@ class MutationContext:
 
 
 class Proposal:
-    """A candidate not built yet: what ordering looks at (`subkind`, and `original` as on
-    `Candidate`) and how to build it, `make(ctx, *args) -> Candidate`. Operators yield these
+    """A candidate not built yet: what ordering looks at (`subkind`, `original` and, where a
+    kind's order groups by it, `path`, as on `Candidate`) and how to build it,
+    `make(ctx, *args) -> Candidate`. Operators yield these
     where building is the cost (a kind proposes ~50 candidates per call and tries 1-3): the
     order functions draw from group sizes alone, so the same draws pick the same candidates,
     and `_run_kind` builds only the drawn ones (`materialise`). Being independent of the
     call's context, a proposal can be kept on a schema's memo and reused across calls."""
 
-    __slots__ = ("subkind", "original", "make", "args")
+    __slots__ = ("subkind", "original", "make", "args", "path")
 
-    def __init__(self, subkind: str, original: Any,
-                 make: Callable[..., Candidate], args: tuple = ()) -> None:
+    def __init__(self, subkind: str, original: Any, make: Callable[..., Candidate],
+                 args: tuple = (), path: Path | None = None) -> None:
         self.subkind, self.original, self.make, self.args = subkind, original, make, args
+        self.path = path
 
 
 def materialise(proposed: Candidate | Proposal, ctx: MutationContext) -> Candidate:
