@@ -170,7 +170,7 @@ class KindSpec:
     operators: tuple[Operator, ...]
     accepts: Acceptance
     impossible: Callable[[MutationContext], str]
-    order: Callable[[list[Candidate], random.Random], Iterable[Candidate]]
+    order: Callable[[list[Candidate | Proposal], random.Random], Iterable[Candidate | Proposal]]
     outcome_checked: bool = False
 
 
