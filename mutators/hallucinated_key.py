@@ -22,7 +22,8 @@ from typing import Any, Iterator
 
 from mutators.introspect import group_policy
 from mutators.jsonvalues import copy_json, format_path, get_at, rename_key, set_at
-from mutators.negative import Candidate, KindSpec, MutationContext, interleave_by, value_rng
+from mutators.negative import (Candidate, KindSpec, MutationContext, Proposal, interleave_by,
+                               value_rng)
 from mutators.sample import sample_value
 from mutators.schema import Node
 from mutators.slots import Slot, effective_nodes, property_node
@@ -129,33 +130,37 @@ def _declared_variants(node: Node, subkind: str) -> tuple[tuple[str, str], ...]:
     return pairs
 
 
-def _key_candidates(ctx: MutationContext, slot: Slot, subkind: str) -> Iterator[Candidate]:
+def _key_candidates(ctx: MutationContext, slot: Slot, subkind: str) -> Iterator[Proposal]:
     pairs = _declared_variants(slot.node, subkind)
-    if not pairs:
-        return
-    value, parts, at = slot.value, slot.parts, format_path(slot.parts)
-    nodes = None  # the schema nodes of added keys' values, found when first needed
+    value = slot.value
     for real, fake in pairs:
-        if fake in value:
-            continue
-        if real in value:
-            build = ctx.edited(lambda a, p=parts, r=real, f=fake: rename_key(get_at(a, p), r, f))
-            how, replaced = f"renamed `{real}` to `{fake}`", real
-        else:  # the value is sampled only if this candidate is tried
-            if nodes is None:
-                nodes = effective_nodes(ctx.tool.schema, slot.node, value)
-            build = ctx.edited(lambda a, p=parts + (fake,), r=real, s=ctx.seed, n=nodes: set_at(
-                a, p, sample_value(property_node(n, r)[0], value_rng(s, p), r)))
-            how, replaced = f"added `{fake}` (a {subkind} of the real key `{real}`)", None
-        yield Candidate(subkind, parts + (fake,), replaced, fake, build, f"{how} at {at}")
+        if fake not in value:  # renaming a key the call uses (preferred) or adding one
+            yield Proposal(subkind, real if real in value else None, _key_candidate,
+                           (slot, subkind, real, fake))
 
 
-def synonym(ctx: MutationContext) -> Iterator[Candidate]:
+def _key_candidate(ctx: MutationContext, slot: Slot, subkind: str, real: str,
+                   fake: str) -> Candidate:
+    """The candidate of a drawn (real key, variant) proposal of `_key_candidates`."""
+    value, parts = slot.value, slot.parts
+    if real in value:
+        build = ctx.edited(lambda a, p=parts, r=real, f=fake: rename_key(get_at(a, p), r, f))
+        how, replaced = f"renamed `{real}` to `{fake}`", real
+    else:  # the value is sampled only if this candidate is tried
+        nodes = effective_nodes(ctx.tool.schema, slot.node, value)
+        build = ctx.edited(lambda a, p=parts + (fake,), r=real, s=ctx.seed, n=nodes: set_at(
+            a, p, sample_value(property_node(n, r)[0], value_rng(s, p), r)))
+        how, replaced = f"added `{fake}` (a {subkind} of the real key `{real}`)", None
+    return Candidate(subkind, parts + (fake,), replaced, fake, build,
+                     f"{how} at {format_path(parts)}")
+
+
+def synonym(ctx: MutationContext) -> Iterator[Proposal]:
     for slot in _closed_objects(ctx):
         yield from _key_candidates(ctx, slot, "synonym")
 
 
-def renamed(ctx: MutationContext) -> Iterator[Candidate]:
+def renamed(ctx: MutationContext) -> Iterator[Proposal]:
     for slot in _closed_objects(ctx):
         yield from _key_candidates(ctx, slot, "renamed")
 
@@ -164,18 +169,23 @@ _PER_CALL = object()     # a borrowable key whose value is drawn from the call's
 _MAX_TOOL_SETS = 8      # other-tool sets remembered per tool schema (an environment has one)
 
 
-def borrowed(ctx: MutationContext) -> Iterator[Candidate]:
+def borrowed(ctx: MutationContext) -> Iterator[Proposal]:
     """Top-level keys of the environment's other tools that this tool does not declare."""
     root = ctx.slots[0]
     if not group_policy(root.node).closed or not isinstance(root.value, dict):
         return
-    for key, node, owner, value in borrowable(ctx):
-        if key in root.value:
-            continue
-        yield Candidate("borrowed", (key,), None, key,
-                        ctx.edited(lambda a, k=key, n=node, v=value, s=ctx.seed: a.__setitem__(
-                            k, _borrowed_value(s, k, n, v))),
-                        f"added `{key}`, a parameter of tool `{owner}`")
+    value = root.value
+    for key, proposal in _borrowable(ctx)[1]:
+        if key not in value:
+            yield proposal
+
+
+def _borrowed_candidate(ctx: MutationContext, key: str, node: Node, owner: str,
+                        value: Any) -> Candidate:
+    return Candidate("borrowed", (key,), None, key,
+                     ctx.edited(lambda a, k=key, n=node, v=value, s=ctx.seed: a.__setitem__(
+                         k, _borrowed_value(s, k, n, v))),
+                     f"added `{key}`, a parameter of tool `{owner}`")
 
 
 def _borrowed_value(seed: str, key: str, node: Node, kept: Any) -> Any:
@@ -191,21 +201,29 @@ def borrowable(ctx: MutationContext) -> list[tuple[str, Node, str, Any]]:
     root per set of other tools (they were rebuilt, each with a sampled value, per call: ~10%
     of the demo pipeline). A value that `sample_value` draws from the RNG (an enum) is
     `_PER_CALL`; the others do not depend on the call and are sampled once."""
+    return _borrowable(ctx)[0]
+
+
+def _borrowable(ctx: MutationContext) -> tuple[list[tuple[str, Node, str, Any]],
+                                               list[tuple[str, Proposal]]]:
+    """`borrowable` and a proposal per key, kept together (neither depends on the call)."""
     root = ctx.slots[0].node
     others = tuple(o for o in ctx.other_tools if o.name != ctx.tool.name)
-    kept: dict[tuple[int, ...], tuple[tuple, list]] = root.memo.setdefault("borrowable", {})
+    kept: dict[tuple[int, ...], tuple] = root.memo.setdefault("borrowable", {})
     ids = tuple(map(id, others))
     hit = kept.get(ids)
     if hit is not None and all(a is b for a, b in zip(hit[0], others)):
-        return hit[1]
+        return hit[1], hit[2]
     policy = group_policy(root)
     found = [(key, node, other.name, _fixed_value(node, key))
              for other in others for key, node in group_properties(other)
              if not policy.is_declared(key)]
+    proposals = [(key, Proposal("borrowed", None, _borrowed_candidate, entry))
+                 for entry in found for key in entry[:1]]
     if len(kept) >= _MAX_TOOL_SETS:
         kept.clear()
-    kept[ids] = (others, found)
-    return found
+    kept[ids] = (others, found, proposals)
+    return found, proposals
 
 
 def _fixed_value(node: Node, key: str) -> Any:
@@ -226,7 +244,7 @@ def group_properties(tool: ToolInfo) -> list[tuple[str, Node]]:
     return list(seen.items())
 
 
-def invented(ctx: MutationContext) -> Iterator[Candidate]:
+def invented(ctx: MutationContext) -> Iterator[Proposal]:
     """Common option names, for closed objects that declare no key to twist."""
     for slot in _closed_objects(ctx):
         policy = group_policy(slot.node)
@@ -234,11 +252,14 @@ def invented(ctx: MutationContext) -> Iterator[Candidate]:
             continue
         for key in INVENTED:
             if not policy.is_declared(key) and key not in slot.value:
-                parts = slot.parts + (key,)
-                yield Candidate("invented", parts, None, key,
-                                ctx.edited(lambda a, p=parts, k=key, s=ctx.seed: set_at(
-                                    a, p, sample_value(Node(), value_rng(s, p), k))),
-                                f"added `{key}` to an object that takes no keys")
+                yield Proposal("invented", None, _invented_candidate, (slot.parts + (key,), key))
+
+
+def _invented_candidate(ctx: MutationContext, parts: tuple, key: str) -> Candidate:
+    return Candidate("invented", parts, None, key,
+                     ctx.edited(lambda a, p=parts, k=key, s=ctx.seed: set_at(
+                         a, p, sample_value(Node(), value_rng(s, p), k))),
+                     f"added `{key}` to an object that takes no keys")
 
 
 def accepts(ctx: MutationContext, candidate: Candidate, call: dict,
@@ -254,7 +275,7 @@ def impossible(ctx: MutationContext) -> str:
     return "no plausible hallucinated key is rejected by the schema"
 
 
-def order(candidates: list[Candidate], rng) -> Iterator[Candidate]:
+def order(candidates: list[Candidate | Proposal], rng) -> Iterator[Candidate | Proposal]:
     """A random subkind first; within it, renaming a key the call uses beats adding one."""
     return interleave_by(candidates, rng, lambda c: c.subkind,
                          prefer=lambda c: c.original is not None)

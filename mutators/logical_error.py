@@ -63,7 +63,7 @@ from mutators import certain
 from mutators.entities import alias_of, overlaps, siblings
 from mutators.jsonvalues import (copy_json, delete_at, format_path, get_at, json_equal,
                                  json_type, non_json_reason, set_at)
-from mutators.negative import Candidate, KindSpec, MutationContext, by_subkind
+from mutators.negative import Candidate, KindSpec, MutationContext, Proposal, by_subkind
 from mutators.prose import prose_enum, prose_examples, same_meaning
 from mutators.schema import Node
 from mutators.validate import ValidationError
@@ -76,11 +76,18 @@ MAX_SIBLINGS = 6
 _ISO_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
 
 
-def _replace(ctx: MutationContext, slot_parts: tuple, subkind: str, old, new,
-             description: str) -> Candidate:
+def _replace(slot_parts: tuple, subkind: str, old, new, template: str,
+             *details) -> Proposal:
+    """A proposal to set the value at `slot_parts` to `new`; its description is
+    `template.format(*details, path=<the path>)`, written only if it is drawn."""
+    return Proposal(subkind, old, _replaced, (slot_parts, subkind, old, new, template, details))
+
+
+def _replaced(ctx: MutationContext, slot_parts: tuple, subkind: str, old, new, template: str,
+              details: tuple) -> Candidate:
     return Candidate(subkind, slot_parts, old, new,
                      ctx.edited(lambda a, p=slot_parts, v=new: set_at(a, p, copy_json(v))),
-                     description)
+                     template.format(*details, path=format_path(slot_parts)))
 
 
 def _unverified(ctx: MutationContext) -> bool:
@@ -117,7 +124,7 @@ def _another_name(value, original) -> bool:
         alias_of(value, original) or overlaps(value, original))
 
 
-def wrong_entity(ctx: MutationContext) -> Iterator[Candidate]:
+def wrong_entity(ctx: MutationContext) -> Iterator[Proposal]:
     """Other values existing in the environment's state for an argument."""
     alternatives = getattr(ctx.env, "alternatives", None)
     if alternatives is None:
@@ -132,11 +139,11 @@ def wrong_entity(ctx: MutationContext) -> Iterator[Candidate]:
         # checked lazily: the first MAX_ALTERNATIVES usable ones, not all that were found
         usable = (v for v in found if non_json_reason(v) is None and not json_equal(v, slot.value))
         for value in itertools.islice(usable, MAX_ALTERNATIVES):
-            yield _replace(ctx, slot.parts, "wrong_entity", slot.value, value,
-                           f"another existing value for {path}")
+            yield _replace(slot.parts, "wrong_entity", slot.value, value,
+                           "another existing value for {path}")
 
 
-def other_entity(ctx: MutationContext) -> Iterator[Candidate]:
+def other_entity(ctx: MutationContext) -> Iterator[Proposal]:
     """Another entity of the same kind for a string ("Paris" -> "Berlin"), or another
     example the description gives; only without an environment (which has its own)."""
     if not _unverified(ctx):
@@ -148,15 +155,15 @@ def other_entity(ctx: MutationContext) -> Iterator[Candidate]:
         examples = [e for e in prose_examples(slot.node) if isinstance(e, str)]
         for value in list(dict.fromkeys(examples + siblings(slot.value, key)))[:MAX_SIBLINGS]:
             if not _another_name(value, slot.value):
-                yield _replace(ctx, slot.parts, "other_entity", slot.value, value,
-                               f"another {key or 'value'} for {format_path(slot.parts)}")
+                yield _replace(slot.parts, "other_entity", slot.value, value,
+                               "another {0} for {path}", key or "value")
         parent = parent_path(slot.value)
         if parent is not None:
-            yield _replace(ctx, slot.parts, "parent_path", slot.value, parent,
-                           f"{format_path(slot.parts)} names the enclosing folder or page")
+            yield _replace(slot.parts, "parent_path", slot.value, parent,
+                           "{path} names the enclosing folder or page")
 
 
-def swapped_arguments(ctx: MutationContext) -> Iterator[Candidate]:
+def swapped_arguments(ctx: MutationContext) -> Iterator[Proposal]:
     """Two scalar arguments of one object, same JSON type, different values, swapped
     (without an environment, none whose value is one of those its description lists)."""
     unverified = _unverified(ctx)
@@ -176,41 +183,44 @@ def swapped_arguments(ctx: MutationContext) -> Iterator[Candidate]:
                     continue
                 if unverified and not certain.swap_changes_meaning(ctx.tool, first, second, a, b):
                     continue
-                parts_a, parts_b = slot.parts + (first,), slot.parts + (second,)
-
-                def swap(args, pa=parts_a, pb=parts_b):
-                    va, vb = get_at(args, pa), get_at(args, pb)
-                    set_at(args, pa, vb)
-                    set_at(args, pb, va)
-
-                yield Candidate("swapped_arguments", parts_a, [a, b], [b, a], ctx.edited(swap),
-                                f"swapped {format_path(parts_a)} and {format_path(parts_b)}")
+                yield Proposal("swapped_arguments", [a, b], _swapped,
+                               (slot.parts + (first,), slot.parts + (second,), a, b))
 
 
-def _shifted_numbers(ctx: MutationContext, slot, tag: str) -> Iterator[Candidate]:
-    value, path = slot.value, format_path(slot.parts)
+def _swapped(ctx: MutationContext, parts_a: tuple, parts_b: tuple, a, b) -> Candidate:
+    def swap(args, pa=parts_a, pb=parts_b):
+        va, vb = get_at(args, pa), get_at(args, pb)
+        set_at(args, pa, vb)
+        set_at(args, pb, va)
+
+    return Candidate("swapped_arguments", parts_a, [a, b], [b, a], ctx.edited(swap),
+                     f"swapped {format_path(parts_a)} and {format_path(parts_b)}")
+
+
+def _shifted_numbers(ctx: MutationContext, slot, tag: str) -> Iterator[Proposal]:
+    value = slot.value
     integral = tag == "integer" or float(value).is_integer()
     steps = number_steps(value, integral) if _unverified(ctx) else [value + 1, value - 1]
     for new in steps:
         one = abs(new - value) == 1
         subkind = "off_by_one" if integral and one else "shifted_number"
-        yield _replace(ctx, slot.parts, subkind, value, new,
-                       f"{path} {'+' if new > value else '-'}{abs(new - value):g}")
+        yield _replace(slot.parts, subkind, value, new, "{path} {0}{1:g}",
+                       "+" if new > value else "-", abs(new - value))
 
 
-def _shifted_strings(ctx: MutationContext, slot) -> Iterator[Candidate]:
-    value, path = slot.value, format_path(slot.parts)
+def _shifted_strings(ctx: MutationContext, slot) -> Iterator[Proposal]:
+    value = slot.value
     for delta in (1, -1):
         shifted = shift_date(value, delta)
         if shifted is not None:
-            yield _replace(ctx, slot.parts, "shifted_date", value, shifted,
-                           f"{path} moved by {delta:+d} day")
+            yield _replace(slot.parts, "shifted_date", value, shifted,
+                           "{path} moved by {0:+d} day", delta)
         elif (shifted := shift_digits(value, delta)) is not None:
-            yield _replace(ctx, slot.parts, "shifted_id", value, shifted,
-                           f"{path} points at a neighbouring id")
+            yield _replace(slot.parts, "shifted_id", value, shifted,
+                           "{path} points at a neighbouring id")
 
 
-def shifted_values(ctx: MutationContext) -> Iterator[Candidate]:
+def shifted_values(ctx: MutationContext) -> Iterator[Proposal]:
     """Numbers +-1, dates +-1 day, id-like strings +-1, booleans flipped."""
     for slot in ctx.slots[1:]:
         tag = json_type(slot.value)
@@ -218,15 +228,15 @@ def shifted_values(ctx: MutationContext) -> Iterator[Candidate]:
             continue
         if tag == "boolean":
             if not _unverified(ctx) or certain.flip_changes_meaning(slot):
-                yield _replace(ctx, slot.parts, "flipped_boolean", slot.value, not slot.value,
-                               f"flipped {format_path(slot.parts)}")
+                yield _replace(slot.parts, "flipped_boolean", slot.value, not slot.value,
+                               "flipped {path}")
         elif tag in ("integer", "number"):
             yield from _shifted_numbers(ctx, slot, tag)
         elif tag == "string" and not _listed(ctx, slot):
             yield from _shifted_strings(ctx, slot)
 
 
-def truncated_text(ctx: MutationContext) -> Iterator[Candidate]:
+def truncated_text(ctx: MutationContext) -> Iterator[Proposal]:
     """A multi-word string cut to its first words ("Sable Retail" -> "Sable"): an
     incomplete name or query (date- and id-like strings are shifted instead)."""
     for slot in ctx.slots[1:]:
@@ -241,8 +251,7 @@ def truncated_text(ctx: MutationContext) -> Iterator[Candidate]:
         else:
             shorter = None
         if shorter is not None:
-            yield _replace(ctx, slot.parts, "truncated_text", value, shorter,
-                           f"{format_path(slot.parts)} cut short")
+            yield _replace(slot.parts, "truncated_text", value, shorter, "{path} cut short")
 
 
 def _enum_members(node: Node) -> tuple:
@@ -254,7 +263,7 @@ def _enum_members(node: Node) -> tuple:
     return ()
 
 
-def other_enum_member(ctx: MutationContext) -> Iterator[Candidate]:
+def other_enum_member(ctx: MutationContext) -> Iterator[Proposal]:
     """Another member of the enum (without an environment also of the values the
     description lists, when the original is one of them)."""
     for slot in ctx.slots[1:]:
@@ -268,11 +277,11 @@ def other_enum_member(ctx: MutationContext) -> Iterator[Candidate]:
             members = certain.other_members(members, prose, slot.value)
         for member in members:
             if not json_equal(member, slot.value) and json_type(member) == json_type(slot.value):
-                yield _replace(ctx, slot.parts, "other_enum_member", slot.value, member,
-                               f"another enum member for {format_path(slot.parts)}")
+                yield _replace(slot.parts, "other_enum_member", slot.value, member,
+                               "another enum member for {path}")
 
 
-def dropped_optional(ctx: MutationContext) -> Iterator[Candidate]:
+def dropped_optional(ctx: MutationContext) -> Iterator[Proposal]:
     """Optional keys removed, unless their value is the default (no change in meaning);
     without an environment only against a stated default the value differs from."""
     for slot in ctx.slots[1:]:
@@ -283,34 +292,38 @@ def dropped_optional(ctx: MutationContext) -> Iterator[Candidate]:
                 continue
         elif slot.node.default is not None and json_equal(slot.node.default[0], slot.value):
             continue
-        yield Candidate("dropped_optional", slot.parts, slot.value, None,
-                        ctx.edited(lambda a, p=slot.parts: delete_at(a, p)),
-                        f"dropped the optional argument {format_path(slot.parts)}")
+        yield Proposal("dropped_optional", slot.value, _dropped,
+                       ("dropped_optional", slot.parts, slot.value))
 
 
-def set_optional(ctx: MutationContext) -> Iterator[Candidate]:
+def set_optional(ctx: MutationContext) -> Iterator[Proposal]:
     """An absent optional argument given a value other than its stated default (only
     without an environment)."""
     if not _unverified(ctx):
         return
     for slot, key, node in certain.absent_optionals(ctx.tool.schema, ctx.slots):
         for value in certain.non_default_values(node, key):
-            parts = slot.parts + (key,)
-            yield Candidate("set_optional", parts, None, value,
-                            ctx.edited(lambda a, p=parts, v=value: set_at(a, p, copy_json(v))),
-                            f"set the optional argument {format_path(parts)} away from its "
-                            "default")
+            yield _replace(slot.parts + (key,), "set_optional", None, value,
+                           "set the optional argument {path} away from its default")
 
 
-def dropped_item(ctx: MutationContext) -> Iterator[Candidate]:
+def dropped_item(ctx: MutationContext) -> Iterator[Proposal]:
     for slot in ctx.slots[1:]:
         if isinstance(slot.value, (list, tuple)) and len(slot.value) >= 2:
             for index in range(min(len(slot.value), 4)):
                 if _unverified(ctx) and certain.has_duplicate(slot.value, index):
                     continue
-                yield Candidate("dropped_item", slot.parts + (index,), slot.value[index], None,
-                                ctx.edited(lambda a, p=slot.parts + (index,): delete_at(a, p)),
-                                f"dropped item {index} of {format_path(slot.parts)}")
+                yield Proposal("dropped_item", slot.value[index], _dropped,
+                               ("dropped_item", slot.parts + (index,), slot.value[index]))
+
+
+def _dropped(ctx: MutationContext, subkind: str, parts: tuple, old) -> Candidate:
+    """A drawn proposal to delete the value at `parts` (an optional key or an item)."""
+    description = (f"dropped item {parts[-1]} of {format_path(parts[:-1])}"
+                   if subkind == "dropped_item" else
+                   f"dropped the optional argument {format_path(parts)}")
+    return Candidate(subkind, parts, old, None, ctx.edited(lambda a, p=parts: delete_at(a, p)),
+                     description)
 
 
 def accepts(ctx: MutationContext, candidate: Candidate, call: dict,
@@ -336,7 +349,7 @@ def impossible(ctx: MutationContext) -> str:
     return "no schema-valid change of the arguments was found"
 
 
-def order(candidates: list[Candidate], rng) -> Iterator[Candidate]:
+def order(candidates: list[Candidate | Proposal], rng) -> Iterator[Candidate | Proposal]:
     """Entities from the environment first (the most realistic mistake), then a random
     subkind at a time."""
     entities = [c for c in candidates if c.subkind == "wrong_entity"]

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from mutators import extra_kinds, hallucinated_key, logical_error, type_error
 from mutators.jsonvalues import copy_json
 from mutators.negative import (ALL_KINDS, KINDS, KindSpec, MutationContext, MutationReport,
-                               Negative, Operator, Rejected)
+                               Negative, Operator, Rejected, materialise)
 from mutators.outcome import OutcomeProbe
 from mutators.slots import walk
 from mutators.validate import (ToolInfo, ValidationError, call_arguments, load_tool,
@@ -36,6 +36,7 @@ _MAX_TOOL_SETS = 256  # tool lists whose loaded tools are kept (an environment h
 # ids of a tool list's specs -> (the specs, their loaded tools): every call of an episode
 # passes the same specs, and loading them per call cost ~3% of the demo pipeline
 _tool_sets: dict[tuple[int, ...], tuple[list[Any], list[ToolInfo]]] = {}
+_NO_RNG = random.Random(0)  # MutationContext.rng until a kind sets its own
 
 
 def _context(call: Any, tool: Any, env: Any, other_tools: Iterable[Any] | None,
@@ -55,8 +56,10 @@ def _context(call: Any, tool: Any, env: Any, other_tools: Iterable[Any] | None,
     others = [info for info in loaded_tools(_tool_list(other_tools, env))
               if info.name != loaded.name]
     canonical = {"name": name, "arguments": copy_json(arguments)}
+    # the rng is each kind's own (`_run_kind_safely` seeds it before any operator runs); a
+    # placeholder here, not a fresh Random(0) per call (~4 us of seeding each)
     return MutationContext(canonical, loaded, walk(canonical["arguments"], loaded.schema),
-                           random.Random(0), env, others)
+                           _NO_RNG, env, others)
 
 
 def loaded_tools(specs: list[Any]) -> list[ToolInfo]:
@@ -96,8 +99,9 @@ def _run_kind(spec: KindSpec, ctx: MutationContext) -> Negative | Rejected:
     if not candidates:
         return Rejected("no_candidate", spec.impossible(ctx))
     tried = 0
-    for candidate in itertools.islice(spec.order(candidates, ctx.rng), MAX_TRIED):
+    for drawn in itertools.islice(spec.order(candidates, ctx.rng), MAX_TRIED):
         tried += 1
+        candidate = materialise(drawn, ctx)
         call = candidate.build()
         errors = validate_with(call, ctx.tool)
         if spec.accepts(ctx, candidate, call, errors):

@@ -126,6 +126,30 @@ class MutationContext:
         return build
 
 
+class Proposal:
+    """A candidate not built yet: what ordering looks at (`subkind`, `original` and, where a
+    kind's order groups by it, `path`, as on `Candidate`) and how to build it,
+    `make(ctx, *args) -> Candidate`. Operators yield these
+    where building is the cost (a kind proposes ~50 candidates per call and tries 1-3): the
+    order functions draw from group sizes alone, so the same draws pick the same candidates,
+    and `_run_kind` builds only the drawn ones (`materialise`). Being independent of the
+    call's context, a proposal can be kept on a schema's memo and reused across calls."""
+
+    __slots__ = ("subkind", "original", "make", "args", "path")
+
+    def __init__(self, subkind: str, original: Any, make: Callable[..., Candidate],
+                 args: tuple = (), path: Path | None = None) -> None:
+        self.subkind, self.original, self.make, self.args = subkind, original, make, args
+        self.path = path
+
+
+def materialise(proposed: Candidate | Proposal, ctx: MutationContext) -> Candidate:
+    """The candidate a drawn proposal stands for (a `Candidate` is returned as it is)."""
+    if type(proposed) is Proposal:
+        return proposed.make(ctx, *proposed.args)
+    return proposed
+
+
 def value_rng(seed: str, parts: Path) -> random.Random:
     """The RNG a candidate samples its value from when it is built, seeded per (the kind's
     seed, path): a value is drawn only for the few candidates tried, and a candidate gets the
@@ -133,7 +157,7 @@ def value_rng(seed: str, parts: Path) -> random.Random:
     return random.Random(f"{seed}:{format_path(parts)}")
 
 
-Operator = Callable[[MutationContext], Iterable[Candidate]]
+Operator = Callable[[MutationContext], Iterable[Candidate | Proposal]]
 Acceptance = Callable[[MutationContext, Candidate, dict, list[ValidationError]], bool]
 
 
@@ -146,7 +170,7 @@ class KindSpec:
     operators: tuple[Operator, ...]
     accepts: Acceptance
     impossible: Callable[[MutationContext], str]
-    order: Callable[[list[Candidate], random.Random], Iterable[Candidate]]
+    order: Callable[[list[Candidate | Proposal], random.Random], Iterable[Candidate | Proposal]]
     outcome_checked: bool = False
 
 

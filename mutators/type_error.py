@@ -18,7 +18,7 @@ import orjson
 
 from mutators.introspect import accepted_types
 from mutators.jsonvalues import digits_to_int, int_to_text, json_type, render, set_at
-from mutators.negative import (Candidate, KindSpec, MutationContext, interleave_by)
+from mutators.negative import Candidate, KindSpec, MutationContext, Proposal, interleave_by
 from mutators.validate import ValidationError
 
 _NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
@@ -90,7 +90,7 @@ def _accepts_type(types: frozenset[str], value: Any) -> bool:
     return tag in types or (tag == "number" and "integer" in types and float(value).is_integer())
 
 
-def wrong_type(ctx: MutationContext) -> Iterator[Candidate]:
+def wrong_type(ctx: MutationContext) -> Iterator[Proposal]:
     """Every (slot, wrong value) pair whose value no alternative of the slot's schema accepts."""
     for slot in ctx.slots[1:]:  # not the arguments object itself
         types = accepted_types(slot.node)
@@ -101,11 +101,18 @@ def wrong_type(ctx: MutationContext) -> Iterator[Candidate]:
         for wrong in wrong_values(slot.value):
             if _accepts_type(types, wrong):
                 continue
-            yield Candidate(
-                subkind=f"{json_type(wrong)}_for_{expected}", path=slot.parts,
-                original=slot.value, mutated=wrong,
-                build=ctx.edited(lambda args, p=slot.parts, new=wrong: set_at(args, p, new)),
-                description=f"{json_type(wrong)} where the schema expects {expected}")
+            wrong_tag = json_type(wrong)
+            yield Proposal(f"{wrong_tag}_for_{expected}", slot.value, _wrong_typed,
+                           (slot.parts, slot.value, wrong, wrong_tag, expected), slot.parts)
+
+
+def _wrong_typed(ctx: MutationContext, parts: tuple, original: Any, wrong: Any, wrong_tag: str,
+                 expected: str) -> Candidate:
+    """The candidate of a drawn `wrong_type` proposal."""
+    return Candidate(subkind=f"{wrong_tag}_for_{expected}", path=parts, original=original,
+                     mutated=wrong,
+                     build=ctx.edited(lambda args, p=parts, new=wrong: set_at(args, p, new)),
+                     description=f"{wrong_tag} where the schema expects {expected}")
 
 
 def accepts(ctx: MutationContext, candidate: Candidate, call: dict,
