@@ -1,10 +1,11 @@
 """`datagen` command line: generate, check and inspect datasets.
 
     datagen generate --config FILE [--num-trajectories N] [--out DIR] [--address RAY_ADDRESS]
-                     [--overwrite] [--set key.sub=value ...]
+                     [--overwrite] [--no-progress] [--set key.sub=value ...]
     datagen verify DIR [--quick] [--repair]
-    datagen inspect DIR [--samples K]
-    datagen eval irr [--num-tasks N] [--seed S]
+    datagen inspect DIR [--samples K] [--seed S]
+    datagen eval irr [--num-tasks N] [--seed S] [--envs ENV ...] [--kinds KIND ...]
+                     [--extra-turns T] [--json FILE]
 
 Exit codes: 0 done; 1 the run or the check found work left or damage; 2 the input cannot be
 used (a config error, an OUT that is another run's, another config's, a file, not writable);
