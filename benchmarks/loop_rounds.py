@@ -8,9 +8,9 @@ failures from its first wrong step, the student trains on those repairs plus a r
 the demo data, and both rounds are evaluated on the same held-out tasks.
 
     python benchmarks/loop_rounds.py --out runs/loop_bench \
-        --start /work/wt-t3-recipe/runs/sweep/lines8k/checkpoint \
-        --tokenizer /work/wt-t3-recipe/runs/sweep/tokenizers/lines8000 \
-        --data /work/wt-t3-recipe/out/demo --envs sql
+        --start runs/sweep/lines8k/checkpoint \
+        --tokenizer runs/sweep/tokenizers/lines8000 \
+        --data out/demo --envs sql
 
 Prints the round table (rounds.md) and a few facts about the student's failures (their
 kinds, and how many became repairs). Rerunning into the same --out continues the loop.
