@@ -71,11 +71,13 @@ class DataConfig(StrictModel):
                           "(tool calls of LM documents, repairs' wrong calls)")
     bucket_pool_batches: int = Field(8, ge=1, le=4096, description="batches composed and sorted by "
                                      "length together; larger = less padding, less randomness")
-    tables: tuple[Literal["trajectories", "repairs"], ...] = Field(
+    tables: tuple[Literal["trajectories", "repairs", "safety"], ...] = Field(
         ("trajectories",), min_length=1, description="tables trained with the LM loss; "
         "repairs (critique REASON + fixed ACT, the wrong call an ERROR span without loss) "
-        "are read from repairs/ beside the trajectory shards of the same chunk")
-    table_weights: dict[Literal["trajectories", "repairs"], float] = Field(
+        "are read from repairs/ beside the trajectory shards of the same chunk; safety = "
+        "the chosen side of the `safety` preference pairs (refusal / confirmation, or the "
+        "benign call) as SFT documents, prompt without loss (trainer/readers/safety.py)")
+    table_weights: dict[Literal["trajectories", "repairs", "safety"], float] = Field(
         default_factory=dict, description="LM loss weight of a table's tokens (default 1): "
         "span means become sum(w * loss) / sum(w); every row is read once per epoch "
         "whatever its weight, so this is a loss weight, not a sampling share")

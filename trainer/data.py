@@ -8,7 +8,9 @@
            trainer.readers     one reader per table: trajectories, repairs (the same
                                chunk's repairs/ shard, through the same contract columns),
                                MCH negatives (the `negative` pairs of the same chunk's
-                               preferences/ shard, as the pipeline wrote them); tokenise
+                               preferences/ shard, as the pipeline wrote them), safety
+                               documents (the chosen side of the same shard's `safety`
+                               pairs, trainer.readers.safety); tokenise
                                when the shard has no input_ids; truncate; MCH step labels
            trainer.batching    compose micro-batches: `batch_size` LM documents + `mch_rows`
                                negatives each, length-bucketed; one stream row per batch
@@ -43,6 +45,7 @@ from trainer.readers.consistency import (ConsistencyMode, filter_counts, kept_on
                                          kept_trajectories, log_counts)
 from trainer.readers.preferences import negative_documents
 from trainer.readers.repairs import repair_documents
+from trainer.readers.safety import SAFETY_SOURCE, safety_documents
 from trainer.readers.trajectories import trajectory_shaped_documents
 from trainer.shard_files import check_footers, full_uri, is_uri, part_files
 
@@ -154,6 +157,9 @@ def training_batches(table: pa.Table, settings: DataSettings) -> pa.Table:
              if "path" in table.column_names else [])
     if "repairs" in settings.tables and paths:
         documents.extend(repair_documents(dict(zip(ids, paths)), read, settings.weight("repairs")))
+    if "safety" in settings.tables and paths:
+        documents.extend(safety_documents(dict(zip(ids, paths)), read, settings.weight("safety"),
+                                          kept_only(str(settings.shards), settings.consistency)))
     if settings.use_mch and settings.mch_rows and paths:
         wanted = batching.batches_needed(len(documents), settings.batch_size) * settings.mch_rows
         documents.extend(negative_documents(table, read, wanted, dict(zip(ids, scores))))
@@ -165,9 +171,18 @@ def _check_tables(layout: ShardLayout, settings: DataSettings) -> None:
     if "repairs" in settings.tables and not layout.repair_pairs:
         raise ValueError(f"data.tables names 'repairs' but {settings.shards} has no repairs/ "
                          f"shards beside its trajectory shards (generate with critics.enabled)")
+    if "safety" in settings.tables and not _has_safety_pairs(layout):
+        raise ValueError(f"data.tables names 'safety' but {settings.shards} has no preferences/ "
+                         f"shards with safety pairs beside its trajectory shards (generate with "
+                         f"critics.enabled and critics.safety_rate > 0)")
     if settings.read_topk and not layout.has_topk:
         raise ValueError(f"teacher 'topk' needs {TOPK_COLUMNS} in the shards; "
                          f"{layout.trajectory_files[0]} has none")
+
+
+def _has_safety_pairs(layout: ShardLayout) -> bool:
+    return any(pq.read_table(f, columns=["source"], filters=[("source", "=", SAFETY_SOURCE)])
+               .num_rows for _, f in layout.negative_pairs)
 
 
 def build_dataset(settings: DataSettings) -> tuple[Any, dict[str, Any]]:
@@ -185,7 +200,8 @@ def build_dataset(settings: DataSettings) -> tuple[Any, dict[str, Any]]:
         log.warning("MCH is on but %s has no preferences shards paired with the trajectory "
                     "shards: the MCH sees no negatives but repairs' wrong calls", settings.shards)
     filtered = consistency_counts(settings)
-    paired = with_negatives or "repairs" in settings.tables or filtered is not None
+    paired = with_negatives or bool({"repairs", "safety"} & set(settings.tables)) or \
+        filtered is not None
     dataset = ray.data.read_parquet(layout.trajectory_files, include_paths=paired)
     dataset = dataset.select_columns(columns + (["path"] if paired else []))
     dataset = dataset.randomize_block_order(seed=settings.seed)
@@ -199,6 +215,7 @@ def build_dataset(settings: DataSettings) -> tuple[Any, dict[str, Any]]:
             "tokenised_in_shards": layout.has_tokens, "teacher_topk": settings.read_topk,
             "negative_shards": len(layout.negative_pairs) if with_negatives else 0,
             "repair_shards": len(layout.repair_pairs) if "repairs" in settings.tables else 0,
+            "safety_shards": len(layout.negative_pairs) if "safety" in settings.tables else 0,
             "tables": list(settings.tables),
             "consistency": "all rows" if filtered is None else filtered}
     return dataset, info
