@@ -3,6 +3,8 @@
     trajectories   trajectory documents (SAD's LM rows; tool calls are MCH steps)
     repairs        repair documents read beside their trajectories (critique + fix trained,
                    the wrong call an ERROR span and an MCH step labelled 0)
+    safety         the chosen side of `safety` preference pairs as SAD documents (prompt
+                   untrained), each read with one trajectory of its chunk
     preferences    DPO's Ray Data stream of tokenised pairs, and SAD's MCH negatives (the
                    text the pipeline wrote for each negative pair, never a re-rendering)
     consistency    the consistency filter's verdicts: a stage before the pools keeps the
