@@ -63,7 +63,8 @@ def test_a_safety_document_is_its_prompt_untrained_then_the_chosen_turn(pipeline
         act = int(np.flatnonzero(turn == ACT)[0])
         assert (turn[:act] == REASON).all() and (turn[act:] == ACT).all()
         acted = tokenizer.decode(ids[n_prompt + act:]).lstrip()
-        assert acted.startswith(TOOL_CALL_OPEN if TOOL_CALL_OPEN in chosen else ANSWER_PREFIX.strip())
+        opening = TOOL_CALL_OPEN if TOOL_CALL_OPEN in chosen else ANSWER_PREFIX.strip()
+        assert acted.startswith(opening)  # ACT starts at the call / the final answer
 
 
 def test_safety_documents_reach_training_batches_trained_on_the_chosen_turn_only(
@@ -83,7 +84,8 @@ def test_safety_documents_reach_training_batches_trained_on_the_chosen_turn_only
     ids, spans = batch["input_ids"][row:row + 1], batch["span_ids"][row:row + 1]
     vocab = int(ids.max()) + 1
     hidden = torch.randn(1, ids.shape[1], vocab, requires_grad=True)
-    loss, _ = make_loss_fn(ids, spans, TeacherSignal(), LossSettings())(hidden, identity_head(vocab))
+    loss_fn = make_loss_fn(ids, spans, TeacherSignal(), LossSettings())
+    loss, _ = loss_fn(hidden, identity_head(vocab))
     (grad,) = torch.autograd.grad(loss, hidden)
     predicts = torch.cat([spans[0, 1:], torch.tensor([-1])])  # span kind of the predicted token
     trained = grad[0].abs().sum(-1) > 0

@@ -50,7 +50,7 @@ def kept_only(root: str, mode: ConsistencyMode) -> bool:
     return has_table and mode != "all"
 
 
-def _kept_in_chunk(shard: str, ids: list[str]) -> set[str]:
+def kept_in_chunk(shard: str, ids: list[str]) -> set[str]:
     """Which of `ids` (rollouts of the chunk of `shard`, a part-K of any table) were kept."""
     verdicts = sibling(shard, CONSISTENCY_TABLE)
     if not exists(verdicts):
@@ -74,7 +74,7 @@ def _by_chunk(paths: list[str], ids: list[str]) -> dict[str, list[str]]:
 def _kept_ids(paths: list[str], ids: list[str]) -> set[str]:
     kept: set[str] = set()
     for shard, chunk_ids in _by_chunk(paths, ids).items():
-        kept |= _kept_in_chunk(shard, chunk_ids)
+        kept |= kept_in_chunk(shard, chunk_ids)
     return kept
 
 
@@ -140,7 +140,7 @@ def _shard_mask(name: str, shard: str, root: str) -> tuple[list[bool], list[str]
         return pair_mask(rows, root), rows.column("source").to_pylist()
     key = "id" if name == "trajectories" else REPAIR_KEY
     ids = pq.read_table(shard, columns=[key]).column(key).to_pylist()
-    kept = _kept_in_chunk(shard, ids)
+    kept = kept_in_chunk(shard, ids)
     return [row_id in kept for row_id in ids], [""] * len(ids)
 
 

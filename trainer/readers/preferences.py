@@ -60,7 +60,7 @@ class PairSettings:
 
 # -- pairs (DPO) -----------------------------------------------------------------------------
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
     size = min(len(a), len(b))
     differ = np.flatnonzero(np.asarray(a[:size]) != np.asarray(b[:size]))
     return int(differ[0]) if len(differ) else size
@@ -89,7 +89,7 @@ def tokenize_pairs(table: pa.Table, tokenizer: tokens.TextTokenizer, max_seq_len
     for i, (pair_id, source) in enumerate(zip(table.column("id").to_pylist(),
                                               table.column("source").to_pylist())):
         prompt, with_chosen, with_rejected = ids[3 * i], ids[3 * i + 1], ids[3 * i + 2]
-        start = min(_common_prefix(prompt, with_chosen), _common_prefix(prompt, with_rejected))
+        start = min(common_prefix(prompt, with_chosen), common_prefix(prompt, with_rejected))
         if start >= len(with_chosen) or start >= len(with_rejected):
             empty += 1
             continue

@@ -28,9 +28,9 @@ import pyarrow.parquet as pq
 from trainer import tokens
 from trainer.contract import PROMPT, chat_spans
 from trainer.documents import DocumentRows, ReadSettings, paired_file
-from trainer.readers.consistency import _kept_in_chunk
-from trainer.readers.preferences import _common_prefix
-from trainer.readers.trajectories import _steps, _trained_tokens
+from trainer.readers.consistency import kept_in_chunk
+from trainer.readers.preferences import common_prefix
+from trainer.readers.trajectories import mch_steps, trained_tokens
 from trainer.shard_files import exists
 
 SAFETY_SOURCE = "safety"
@@ -41,7 +41,7 @@ def _chunk_ids(trajectory_file: str, kept_only: bool) -> tuple[str, ...]:
     """The chunk's trajectory ids a safety document can go with (sorted; cached per worker)."""
     ids = pq.read_table(trajectory_file, columns=["id"]).column("id").to_pylist()
     if kept_only:
-        kept = _kept_in_chunk(trajectory_file, ids)
+        kept = kept_in_chunk(trajectory_file, ids)
         ids = [i for i in ids if i in kept]
     return tuple(sorted(ids))
 
@@ -91,11 +91,11 @@ def tokenise_safety(texts: list[tuple[str, str]], settings: ReadSettings, lm_wei
         if len(row_ids) > settings.max_seq_len:
             continue
         spans = tokens.label_tokens(offsets[len(texts) + i], chat_spans(text))
-        start = _common_prefix(prompt_ids, row_ids.tolist())
+        start = common_prefix(prompt_ids, row_ids.tolist())
         spans[:start] = PROMPT
-        if not _trained_tokens(spans):
+        if not trained_tokens(spans):
             continue
-        positions, labels = _steps(row_ids, spans, call_id, True, settings.max_seq_len) \
+        positions, labels = mch_steps(row_ids, spans, call_id, True, settings.max_seq_len) \
             if settings.use_mch else ([], [])
         rows.add(input_ids=row_ids, span_ids=spans, mch_positions=positions, mch_labels=labels,
                  lm_weight=lm_weight, complexity=tokens.complexity(

@@ -26,11 +26,11 @@ def _token_columns(table: pa.Table, tokenizer: tokens.TextTokenizer,
     return [np.asarray(x, dtype=np.int32) for x in encoded], labels
 
 
-def _trained_tokens(span_ids: np.ndarray) -> int:
+def trained_tokens(span_ids: np.ndarray) -> int:
     return int(np.isin(span_ids, TRAINED_SPANS).sum())
 
 
-def _steps(ids: np.ndarray, spans: np.ndarray, call_id: int, success: bool, limit: int,
+def mch_steps(ids: np.ndarray, spans: np.ndarray, call_id: int, success: bool, limit: int,
            ) -> tuple[list[int], list[int]]:
     """MCH positions and labels of a trajectory-shaped document: its tool calls (1 when the
     document is a success, else -1 = not scored) and its ERROR calls (0), inside `limit`."""
@@ -60,9 +60,9 @@ def trajectory_shaped_documents(table: pa.Table, settings: ReadSettings, lm_weig
         entropy = tokens.topk_entropy(topk_lp[i][:limit]) if with_topk else 0.0
         score = tokens.complexity(n_steps[i] or 0, row_spans, entropy, settings.complexity_weights)
         scores.append(score)
-        if not _trained_tokens(row_spans):
+        if not trained_tokens(row_spans):
             continue
-        positions, labels = _steps(ids[i], spans[i], call_id, bool(success[i]), limit) \
+        positions, labels = mch_steps(ids[i], spans[i], call_id, bool(success[i]), limit) \
             if settings.use_mch else ([], [])
         rows.add(input_ids=row_ids, span_ids=row_spans, mch_positions=positions,
                  mch_labels=labels, lm_weight=lm_weight, complexity=score,
