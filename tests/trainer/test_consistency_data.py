@@ -209,3 +209,21 @@ def test_the_loops_replay_pool_holds_round_zeros_kept_rows_only(consistency_out)
     assert sorted(ids) == sorted([*kept, *kept_repairs])
     every = replay_pool(consistency_out, ("trajectories", "repairs"), [], consistency="all")
     assert every.num_rows == _table(consistency_out, "trajectories").num_rows + repairs.num_rows
+
+
+def test_the_sad_stream_reads_every_safety_document_once_with_the_filter_on(
+        consistency_out, trainer_tokenizer):
+    """Safety documents go with a kept rollout of their chunk, so the filter drops none."""
+    from trainer.readers.safety import distinct_safety_texts, tokenise_safety
+
+    settings = DataSettings(shards=str(consistency_out), tokenizer=str(trainer_tokenizer),
+                            max_seq_len=SEQ, batch_size=2, bucket_pool_batches=2,
+                            use_mch=False, tables=("trajectories", "safety"),
+                            table_weights=(("safety", 0.5),))
+    texts = [text for f in sorted((consistency_out / "preferences").glob("part-*.parquet"))
+             for text in distinct_safety_texts(str(f))]
+    expected = tokenise_safety(texts, settings.read_settings(), 0.5)
+    assert len(expected) == len(texts) > 0
+    dataset, _ = build_dataset(settings)
+    assert _streamed(dataset)[0.5] == Counter(tuple(ids.tolist())
+                                              for ids in expected.columns["input_ids"])
