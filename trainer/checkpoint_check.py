@@ -3,7 +3,7 @@
 `from_pretrained` trusts the directory: a config.json that is not JSON, or one whose shapes
 do not match the weights, ends in a Transformers traceback, and a mismatch is found only
 after the mismatched tensors were allocated at the config's size (a config saying 64 layers
-of width 65,536 asked for 8 GB at a time, ~16 TB in all, before failing). Here the config is
+of width 65,536 asked for 8 GB at a time, ~15 TiB in all, before failing). Here the config is
 read bounded, the model is built on the meta device (shapes, no storage), and its tensors are
 compared with the shapes in the safetensors headers; the float32 weights must also fit in
 this machine's memory. Missing or extra tensors are left to `from_pretrained`: a plain Qwen2

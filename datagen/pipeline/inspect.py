@@ -55,7 +55,9 @@ class DatasetView:
         if is_uri(self.root):
             fs, _ = filesystem_of(str(paths[0]))
             keys = [filesystem_of(str(p))[1] for p in paths]
-            frame = pl.scan_pyarrow_dataset(ds.dataset(keys, filesystem=fs, format="parquet"))
+            with self._reading():  # the dataset reads the footers now, not at collect
+                dataset = ds.dataset(keys, filesystem=fs, format="parquet")
+            frame = pl.scan_pyarrow_dataset(dataset)
         else:
             frame = pl.scan_parquet(paths)
         return frame.select(columns) if columns else frame

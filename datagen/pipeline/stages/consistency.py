@@ -228,9 +228,10 @@ class ConsistencyStage(Stage):
 
 
 def filter_figures(consistency: Frame, trajectories: Frame) -> Frame:
-    """Per environment (of DataFrames, or of LazyFrames as a query): rollouts, tasks, the share kept, and the checker's success of all
-    rollouts, of sample 0 (what a run without the filter writes) and of the kept ones. The
-    checker is read here only to measure the filter, never by it."""
+    """Per environment (of DataFrames, or of LazyFrames as a query): rollouts, tasks, the
+    share kept, and the checker's success of all rollouts, of sample 0 (what a run without
+    the filter writes) and of the kept ones. The checker is read here only to measure the
+    filter, never by it."""
     import polars as pl
 
     rows = consistency.join(trajectories.select("id", "success"), left_on="trajectory_id",
