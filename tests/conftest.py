@@ -3,6 +3,7 @@ and a tiny tokenizer trained on generated text."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import shutil
@@ -23,6 +24,17 @@ RAY_BIN = str(Path(sys.executable).with_name("ray"))
 # once, and a driver without the token is refused by a head that has one.
 os.environ["RAY_AUTH_MODE"] = "token"
 os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))
+
+
+def load_script(relative: str):
+    """A benchmark or script of the repository (not a package) imported by its path, e.g.
+    `load_script("benchmarks/dpo_effect.py")`; registered in sys.modules under its stem, as
+    dataclasses look their module up there."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,13 @@ head (tests/conftest.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from tests.trainer.helpers import write_topk_shards
+from tests.conftest import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
 NUM_TRAJECTORIES = 96
 
 
@@ -28,10 +27,7 @@ def _generate(out: Path, tokenizer: str | None = None) -> Path:
 
 
 def _build_tokenizer_script():
-    spec = importlib.util.spec_from_file_location("build_tokenizer", ROOT / "scripts" / "build_tokenizer.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/build_tokenizer.py")
 
 
 @pytest.fixture(scope="session")

@@ -6,24 +6,19 @@ the cache (skipped otherwise)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
 import torch
+from tests.conftest import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
 TOOL_MARKERS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("convert_smollm2",
-                                                  ROOT / "scripts" / "convert_smollm2.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/convert_smollm2.py")
 
 
 convert = _script()

@@ -2,20 +2,14 @@
 they were made with this run's checkpoint and evaluation settings."""
 
 import argparse
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import load_script
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("dpo_effect", ROOT / "benchmarks" / "dpo_effect.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/dpo_effect.py")
 
 
 def _args(**changes):

@@ -1,21 +1,15 @@
 """benchmarks/loop_rounds.py: the student rollouts' turn budget can differ from the evaluation's
 (`--student-max-turns`), and without it both follow `--max-turns` as before."""
 
-import importlib.util
-from pathlib import Path
 
 from trainer.loop import load_loop_config
+from tests.conftest import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = ["--start", "ckpt", "--data", "out/demo", "--tokenizer", "tok", "--out", "runs/x"]
 
 
 def _benchmark():
-    path = ROOT / "benchmarks" / "loop_rounds.py"
-    spec = importlib.util.spec_from_file_location("loop_rounds", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/loop_rounds.py")
 
 
 def _config(*extra):

@@ -1,21 +1,14 @@
 """benchmarks/safety_openings.py: the opening families, the worded-refusal check, the AUROC
 and the check that a safety pair's prompt is the prompt the episode loop plays."""
 
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import load_script
 
 
 def _benchmark():
-    spec = importlib.util.spec_from_file_location("safety_openings",
-                                                  ROOT / "benchmarks" / "safety_openings.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/safety_openings.py")
 
 
 @pytest.mark.parametrize("text,family", [

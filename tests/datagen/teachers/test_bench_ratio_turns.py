@@ -6,9 +6,7 @@ scripted token backend (no engine)."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import sys
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,16 +19,12 @@ from datagen.teachers.config import TeacherConfig
 from datagen.teachers.episode import EnvLeases, EpisodeRunner, Generation, TurnBackend
 from datagen.teachers.trace import teacher_columns
 from tests.datagen.teachers.helpers import make_tasks
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.conftest import load_script
 
 
 def _bench():
-    if "bench_teacher_ratio" not in sys.modules:  # its dataclass looks itself up there
-        spec = importlib.util.spec_from_file_location(
-            "bench_teacher_ratio", ROOT / "benchmarks" / "bench_teacher_ratio.py")
-        sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[spec.name])
+    if "bench_teacher_ratio" not in sys.modules:  # loaded once: its classes stay the same
+        load_script("benchmarks/bench_teacher_ratio.py")
     return sys.modules["bench_teacher_ratio"]
 
 
