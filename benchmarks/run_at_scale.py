@@ -19,6 +19,13 @@ Steps, each timed:
 
 Wall times include Ray's start-up in each run (as a user sees them). On a shared machine the
 figures depend on the load: `uptime`'s load average is recorded before and after.
+
+A run longer than the session that started it: every `datagen generate` of the run is recorded
+in `OUT.run_at_scale.state.json` (beside OUT, rewritten every 10 s: wall so far, chunks
+committed, peak RSS), and `--resume` continues from it after this script itself was killed
+(a machine restart, an ended session). Such an interruption is a kill too: the run is counted
+as killed part way, the planned SIGKILL is not repeated, and the report lists every
+`datagen generate` of the run with how it ended.
 """
 
 from __future__ import annotations
@@ -122,29 +129,47 @@ def generate_command(args: argparse.Namespace) -> list[str]:
     return cmd
 
 
-def run_generate(args: argparse.Namespace, kill_after: int | None, log: Path) -> dict:
+def run_generate(args: argparse.Namespace, kill_after: int | None, log: Path,
+                 record: dict, save) -> dict:
     """One `datagen generate` in its own process group; SIGKILLs the group once `kill_after`
-    chunks are committed (None: runs to the end)."""
+    chunks are committed (None: runs to the end). `record` (this run's entry in the state) is
+    updated and `save()`d every 10 s, so an interruption of this script leaves its figures."""
     started = time.perf_counter()
+    at_start = committed_chunks(args.out)
+    record.update(chunks_at_start=at_start, chunks_committed=at_start, finished=False,
+                  killed=False, rc=None, wall_s=0.0, peak_rss_mib=0, peak_rss_pipeline_mib=0,
+                  rows_todo=uncommitted_rows(args.out, args.n, args.chunk_size))
+    save()
     with open(log, "ab") as sink:
         proc = subprocess.Popen(generate_command(args), stdout=sink, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=REPO)
         killed = False
+        last_save = 0.0
         with TreeRss(proc.pid) as rss:
             while proc.poll() is None:
                 if kill_after is not None and committed_chunks(args.out) >= kill_after:
                     os.killpg(proc.pid, signal.SIGKILL)
                     killed = True
                     break
+                if time.perf_counter() - last_save >= 10:
+                    record.update(_progress(args.out, started, rss))
+                    save()
+                    last_save = time.perf_counter()
                 time.sleep(0.1)
             proc.wait()
-        wall = time.perf_counter() - started
     if killed:
         _reap(rss.pids - {proc.pid})
-    return {"wall_s": round(wall, 1), "rc": proc.returncode, "killed": killed,
+    record.update(_progress(args.out, started, rss), rc=proc.returncode, killed=killed,
+                  finished=True, chunk_cpu_s=None if killed else chunk_cpu_seconds(log))
+    save()
+    return record
+
+
+def _progress(out: Path, started: float, rss: TreeRss) -> dict:
+    return {"wall_s": round(time.perf_counter() - started, 1),
             "peak_rss_mib": round(rss.peak / 2**20),
             "peak_rss_pipeline_mib": round(rss.peak_pipeline / 2**20),
-            "chunks_committed": committed_chunks(args.out)}
+            "chunks_committed": committed_chunks(out)}
 
 
 def _reap(pids: set[int], grace: float = 10.0) -> None:
@@ -263,12 +288,19 @@ def compact_opens(out: Path, rows: int = 200) -> dict:
     return {"ok": ok, "rows_checked": len(sample), "first_rows_s": seconds}
 
 
+def how_it_ended(run: dict) -> str:
+    if not run.get("finished"):
+        return "interrupted with this script (last record)"
+    return "SIGKILLed as planned" if run["killed"] else f"exit {run['rc']}"
+
+
 def summary_markdown(report: dict) -> str:
     a = report["args"]
-    first, rerun = report["first_run"], report["rerun"]
+    runs, rerun = report["runs"], report["runs"][-1]
     size = report["bytes"]
     rb = report["read_back"]
-    peak = {key: max(first[key], rerun[key]) for key in ("peak_rss_mib", "peak_rss_pipeline_mib")}
+    peak = {key: max(run.get(key, 0) for run in runs)
+            for key in ("peak_rss_mib", "peak_rss_pipeline_mib")}
     per_table = ", ".join(f"{t} {b:,}" for t, b in size["bytes_per_trajectory"].items())
     lines = [
         f"### run_at_scale: N = {a['n']:,}, layout {a['layout']}, chunks of {a['chunk_size']}",
@@ -276,13 +308,14 @@ def summary_markdown(report: dict) -> str:
         "| measure | value |",
         "|---|---|",
         f"| load average before / after | {report['load_before']} / {report['load_after']} |",
-        f"| first run, SIGKILLed at {first['chunks_committed']}/{report['chunks']} chunks | "
-        f"{first['wall_s']} s |",
-        f"| rerun to the end (redid {report['chunks_redone']} chunks) | {rerun['wall_s']} s, "
-        f"{report['rerun_traj_per_s']:.1f} traj/s, exit {rerun['rc']} |",
+        *(f"| `datagen generate` {k + 1} of {len(runs)}: chunks {run['chunks_at_start']} -> "
+          f"{run['chunks_committed']} of {report['chunks']} | {run['wall_s']} s, "
+          f"{how_it_ended(run)} |" for k, run in enumerate(runs)),
+        f"| last run, uninterrupted (did {report['chunks_redone']} chunks) | "
+        f"{report['rerun_traj_per_s']:.1f} traj/s |",
         f"| peak RSS, process tree (Ray's own processes included) / driver + chunk workers | "
         f"{peak['peak_rss_mib']:,} / {peak['peak_rss_pipeline_mib']:,} MiB |",
-        f"| total generate wall (both runs) | {report['generate_wall_s']} s = "
+        f"| total generate wall (all runs) | {report['generate_wall_s']} s = "
         f"{report['traj_per_s']:.1f} traj/s |",
         f"| `datagen verify` | exit {report['verify']['rc']}, {report['verify']['seconds']} s |",
         f"| unique ids | {report['ids']['unique']:,} of {report['ids']['rows']:,} rows "
@@ -324,6 +357,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None,
                         help="OUT (default: a temporary directory, deleted unless --keep)")
     parser.add_argument("--keep", action="store_true", help="keep a temporary OUT")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run recorded in OUT.run_at_scale.state.json")
     parser.add_argument("--project", type=int, default=5_000_000,
                         help="N to extrapolate sizes and time to")
     parser.add_argument("--json", type=Path, default=Path("run_at_scale.json"),
@@ -331,7 +366,52 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.n < 1 or args.chunk_size < 1 or not 0 < args.kill_at < 1:
         parser.error("--n and --chunk-size must be positive and --kill-at within (0, 1)")
+    if args.resume and args.out is None:
+        parser.error("--resume needs the --out of the run to continue")
     return args
+
+
+def state_path(out: Path) -> Path:
+    return out.parent / f"{out.name}.run_at_scale.state.json"
+
+
+def load_state(args: argparse.Namespace, chunks: int, kill_after: int) -> dict | None:
+    """The recorded state for --resume (None with a message when it does not match), or a new
+    one; a resumed run keeps its recorded arguments, so its figures stay one run's."""
+    path = state_path(args.out)
+    if not args.resume:
+        if path.exists() or (args.out / "_chunks").exists():
+            print(f"{args.out} already holds a run: add --resume to continue it", file=sys.stderr)
+            return None
+        return {"chunks": chunks, "kill_after": kill_after, "load_before": load_average(),
+                "runs": []}
+    if not path.is_file():
+        print(f"--resume: no {path}", file=sys.stderr)
+        return None
+    state = json.loads(path.read_text())
+    if state["runs"] and not state["runs"][-1]["finished"]:
+        # it died with this script: what it committed is on disk
+        state["runs"][-1]["chunks_committed"] = committed_chunks(args.out)
+    for key in ("n", "layout", "chunk_size", "workers"):
+        if state["args"][key] != getattr(args, key):
+            print(f"--resume: --{key.replace('_', '-')} is {getattr(args, key)}, the run "
+                  f"recorded {state['args'][key]}", file=sys.stderr)
+            return None
+    return state
+
+
+def run_to_the_end(args: argparse.Namespace, state: dict, log: Path, save) -> dict | None:
+    """`datagen generate` until one run ends with exit 0; the first is SIGKILLed at
+    `kill_after` chunks unless an earlier run was already killed or interrupted."""
+    while True:
+        was_killed = any(run["killed"] or not run["finished"] for run in state["runs"])
+        kill_after = None if was_killed else state["kill_after"]
+        record: dict = {}
+        state["runs"].append(record)
+        run = run_generate(args, kill_after, log, record, save)
+        if run["killed"]:
+            continue
+        return run if run["rc"] == 0 else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,31 +423,34 @@ def main(argv: list[str] | None = None) -> int:
         print("--n must span at least 2 chunks to kill the run part way", file=sys.stderr)
         return 2
     kill_after = min(max(1, round(chunks * args.kill_at)), chunks - 1)
+    state = load_state(args, chunks, kill_after)
+    if state is None:
+        return 2
     log = args.out.parent / f"{args.out.name}.generate.log"
-    arguments = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    report: dict = {"args": arguments,
-                    "chunks": chunks, "load_before": load_average(), "log": str(log)}
+    state.setdefault("args", {k: str(v) if isinstance(v, Path) else v
+                              for k, v in vars(args).items() if k != "resume"})
+    save = lambda: state_path(args.out).write_text(json.dumps(state, indent=1))  # noqa: E731
+    report = state
+    report["log"] = str(log)
     try:
-        first = run_generate(args, kill_after, log)
-        if not first["killed"] or first["chunks_committed"] >= chunks:
-            print(f"the first run ended before it could be killed part way ({first}); use "
-                  "more chunks or a smaller --kill-at", file=sys.stderr)
-            return 1
-        report.update(first_run=first, chunks_redone=chunks - first["chunks_committed"],
-                      rows_redone=uncommitted_rows(args.out, args.n, args.chunk_size))
-        rerun = run_generate(args, None, log)
-        report["rerun"] = rerun
-        if rerun["rc"] != 0:
-            print(f"the rerun failed (exit {rerun['rc']}); see {log}", file=sys.stderr)
+        last = run_to_the_end(args, state, log, save)
+        if last is None:
+            print(f"the run failed; see {log}", file=sys.stderr)
             print(json.dumps(report, indent=1))
             return 1
-        wall = first["wall_s"] + rerun["wall_s"]
-        rerun_rate = report["rows_redone"] / rerun["wall_s"]  # uninterrupted, Ray start-up in
-        report.update(generate_wall_s=round(wall, 1), traj_per_s=args.n / wall,
-                      rerun_traj_per_s=rerun_rate, projected_hours=args.project / rerun_rate / 3600)
-        cpu = chunk_cpu_seconds(log)
-        if cpu:
-            per_cpu_s = report["rows_redone"] / cpu
+        runs = state["runs"]
+        if len(runs) < 2:
+            print("the run ended before it could be killed part way; use more chunks or a "
+                  "smaller --kill-at", file=sys.stderr)
+            return 1
+        wall = sum(run["wall_s"] for run in runs)
+        rerun_rate = last["rows_todo"] / last["wall_s"]  # uninterrupted, Ray start-up in
+        report.update(chunks_redone=last["chunks_committed"] - last["chunks_at_start"],
+                      rows_redone=last["rows_todo"], generate_wall_s=round(wall, 1),
+                      traj_per_s=args.n / wall, rerun_traj_per_s=rerun_rate,
+                      projected_hours=args.project / rerun_rate / 3600)
+        if last["chunk_cpu_s"]:
+            per_cpu_s = last["rows_todo"] / last["chunk_cpu_s"]
             report.update(traj_per_cpu_s=per_cpu_s, cores=os.cpu_count(),
                           projected_cpu_hours=args.project / per_cpu_s / 3600)
         report["verify"] = verify(args.out)
@@ -375,9 +458,11 @@ def main(argv: list[str] | None = None) -> int:
         report["bytes"] = table_bytes(args.out, args.n, args.project)
         report["read_back"] = read_back(args.out, args.layout, args.address)
         report["load_after"] = load_average()
+        save()
     finally:
         if temporary and not args.keep:
             shutil.rmtree(args.out, ignore_errors=True)
+            state_path(args.out).unlink(missing_ok=True)
     report["markdown"] = summary_markdown(report)
     args.json.write_text(json.dumps(report, indent=1))
     print(report["markdown"])
