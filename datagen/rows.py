@@ -161,8 +161,8 @@ def shared_text_column(values: list[str | None]) -> pa.Array:
 
     Why: a preference pair repeats its prompt text and its tools JSON (~88% of the 100 MB the
     preferences table of a 500-trajectory demo chunk holds); `from_pylist` copies them value
-    by value into builders that grow as they go, which measured 270-480 us per trajectory in
-    the pipeline against 60-80 for this (load ~12, benchmarks/PROFILE.md, d16h). The array
+    by value into builders that grow as they go: the two columns measured 370-550 us per
+    trajectory in the pipeline, ~80 built this way (load 12-13; benchmarks/PROFILE.md). The array
     equals `pa.array(values, pa.string())`; a value that is not a str, cannot be encoded
     (lone surrogates) or a column over 2 GiB take that path, so errors stay Arrow's."""
     encoded: dict[int, bytes] = {}  # by id: every value is alive in `values` meanwhile
