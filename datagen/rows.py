@@ -162,9 +162,9 @@ def shared_text_column(values: list[str | None]) -> pa.Array:
     Why: a preference pair repeats its prompt text and its tools JSON (~88% of the 100 MB the
     preferences table of a 500-trajectory demo chunk holds); `from_pylist` copies them value
     by value into builders that grow as they go: the two columns measured 370-550 us per
-    trajectory in the pipeline, ~80 built this way (load 12-13; benchmarks/PROFILE.md). The array
-    equals `pa.array(values, pa.string())`; a value that is not a str, cannot be encoded
-    (lone surrogates) or a column over 2 GiB take that path, so errors stay Arrow's."""
+    trajectory in the pipeline, ~80 built this way (load 12-13; benchmarks/PROFILE.md, d16h).
+    The array equals `pa.array(values, pa.string())`; a value that is not a str, cannot be
+    encoded (lone surrogates) or a column over 2 GiB take that path, so errors stay Arrow's."""
     encoded: dict[int, bytes] = {}  # by id: every value is alive in `values` meanwhile
     parts: list[bytes] = []
     try:
@@ -185,8 +185,14 @@ def shared_text_column(values: list[str | None]) -> pa.Array:
     nulls = values.count(None)
     validity = (pa.array([value is not None for value in values], pa.bool_()).buffers()[1]
                 if nulls else None)
-    return pa.StringArray.from_buffers(len(parts), offsets, pa.py_buffer(b"".join(parts)),
-                                       validity, nulls)
+    # the bytes go into a buffer of Arrow's pool, as the rest of the table's: one of Python's
+    # (b"".join) measured the same CPU but twice the page faults, fresh memory every chunk
+    buffer = pa.allocate_buffer(ends[-1] if ends else 0)
+    view, start = memoryview(buffer).cast("B"), 0
+    for part, end in zip(parts, ends):
+        view[start:end] = part
+        start = end
+    return pa.StringArray.from_buffers(len(parts), offsets, buffer, validity, nulls)
 
 
 def _list_of_structs(items: list[list[Any]], struct: pa.StructType, by_key: bool) -> pa.ListArray:
