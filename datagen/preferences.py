@@ -18,16 +18,18 @@ import pyarrow.compute as pc
 
 from datagen.chat import act_text, message_index, render_trajectory, to_messages
 from datagen.rows import PREFERENCE_SCHEMA, rows_to_table
-from datagen.types import Step, ToolCall, Trajectory, stable_hash
+from datagen.types import Span, Step, ToolCall, Trajectory, stable_hash
 
 
 class TrajectoryView:
     """A trajectory rendered once, cut into prompt / turn pieces for many pairs (a call makes
     three: the turn bounds and message positions are found once per trajectory, not per pair)."""
 
-    def __init__(self, traj: Trajectory) -> None:
+    def __init__(self, traj: Trajectory,
+                 rendered: tuple[str, list[Span]] | None = None) -> None:
+        """`rendered`: `render_trajectory(traj)` when the caller has it already."""
         self.traj = traj
-        self.text, self.spans = render_trajectory(traj)
+        self.text, self.spans = rendered if rendered is not None else render_trajectory(traj)
         self.messages = to_messages(traj)
         self.tools_json = orjson.dumps(traj.tools).decode()
         self._bounds: dict[int, tuple[int, int]] | None = None

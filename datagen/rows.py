@@ -7,6 +7,7 @@ tool calls) are strings so that every environment's tools fit one schema.
 
 from __future__ import annotations
 
+from itertools import accumulate
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -149,6 +150,49 @@ def trajectory_from_row(row: dict[str, Any]) -> Trajectory:
 
 def rows_to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
+
+
+_MAX_STRING_BYTES = 2**31 - 1  # int32 offsets of pa.string()
+
+
+def shared_text_column(values: list[str | None]) -> pa.Array:
+    """A pa.string() column of long texts that many rows share (the same str object): each
+    distinct object is encoded once and all rows are copied into one buffer of the final size.
+
+    Why: a preference pair repeats its prompt text and its tools JSON (~88% of the 100 MB the
+    preferences table of a 500-trajectory demo chunk holds); `from_pylist` copies them value
+    by value into builders that grow as they go: the two columns measured 370-550 us per
+    trajectory in the pipeline, ~80 built this way (load 12-13; benchmarks/PROFILE.md, d16h).
+    The array equals `pa.array(values, pa.string())`; a value that is not a str, cannot be
+    encoded (lone surrogates) or a column over 2 GiB take that path, so errors stay Arrow's."""
+    encoded: dict[int, bytes] = {}  # by id: every value is alive in `values` meanwhile
+    parts: list[bytes] = []
+    try:
+        for value in values:
+            if value is None:
+                parts.append(b"")
+                continue
+            data = encoded.get(id(value))
+            if data is None:
+                data = encoded[id(value)] = value.encode()
+            parts.append(data)
+    except (AttributeError, UnicodeEncodeError):
+        return pa.array(values, pa.string())
+    ends = list(accumulate(map(len, parts)))
+    if ends and ends[-1] > _MAX_STRING_BYTES:
+        return pa.array(values, pa.string())
+    offsets = pa.array([0, *ends], pa.int32()).buffers()[1]
+    nulls = values.count(None)
+    validity = (pa.array([value is not None for value in values], pa.bool_()).buffers()[1]
+                if nulls else None)
+    # the bytes go into a buffer of Arrow's pool, as the rest of the table's: one of Python's
+    # (b"".join) measured the same CPU but twice the page faults, fresh memory every chunk
+    buffer = pa.allocate_buffer(ends[-1] if ends else 0)
+    view, start = memoryview(buffer).cast("B"), 0
+    for part, end in zip(parts, ends):
+        view[start:end] = part
+        start = end
+    return pa.StringArray.from_buffers(len(parts), offsets, buffer, validity, nulls)
 
 
 def _list_of_structs(items: list[list[Any]], struct: pa.StructType, by_key: bool) -> pa.ListArray:

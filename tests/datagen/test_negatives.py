@@ -167,3 +167,27 @@ def test_moving_the_env_on_through_the_outcome_check_changes_no_row():
     assert advanced.rows("negatives") and advanced.stats == stepped.stats
     for table in ("negatives", "preferences"):
         assert advanced.tables[table].equals(stepped.tables[table])
+
+
+def test_pairs_cut_from_the_trajectory_stages_rendering_are_the_same(monkeypatch):
+    # the negatives stage takes each trajectory's text and spans from the trajectories stage
+    # of the same worker (Renderings) instead of rendering it again: same rows, no rendering
+    import copy
+
+    import datagen.preferences
+    from datagen.pipeline.stages.trajectories import Renderings, TrajectoryStage
+
+    trajectories = oracle_trajectories(30)
+    own = NegativeStage(NegativesConfig(), run_seed=0).run(trajectories, EnvPool())
+    renderings = Renderings()
+    TrajectoryStage(False, renderings=renderings).run(trajectories, EnvPool())
+    assert all(renderings.get(t) is not None for t in trajectories if t.success)
+    assert renderings.get(copy.deepcopy(trajectories[0])) is None  # by object, not by id
+    rendered = []
+    monkeypatch.setattr(datagen.preferences, "render_trajectory",
+                        lambda traj: rendered.append(traj) or ("", []))
+    handed = NegativeStage(NegativesConfig(), run_seed=0, renderings=renderings).run(
+        trajectories, EnvPool())
+    assert rendered == [] and own.rows("preferences")
+    for table in ("negatives", "preferences"):
+        assert own.tables[table].equals(handed.tables[table])

@@ -37,3 +37,37 @@ def test_columnar_table_equals_the_row_by_row_table():
     assert trajectory_table(trajectories, [render(t) for t in trajectories]).equals(expected)
     empty = trajectory_table([], [])
     assert empty.num_rows == 0 and empty.schema == trajectory_schema(False)
+
+
+def test_shared_text_column_equals_arrow_conversion():
+    import pyarrow as pa
+
+    from datagen.rows import shared_text_column
+
+    prompt, tools = "<|im_start|>system\nx" * 50, '[{"type": "function"}]'
+    cases = [
+        [prompt, prompt, prompt, tools, tools, "unique"],  # the same objects, repeated
+        [prompt, None, "", None, "é — ünïcode ✓", prompt],  # nulls, empty, non-ASCII
+        [None, None],
+        [],
+    ]
+    for values in cases:
+        built = shared_text_column(values)
+        expected = pa.array(values, pa.string())
+        built.validate(full=True)
+        assert built.type == pa.string() and built.equals(expected)
+        assert built.null_count == expected.null_count
+        assert built.to_pylist() == values
+
+
+def test_shared_text_column_fails_as_arrow_does():
+    import pyarrow as pa
+    import pytest
+
+    from datagen.rows import shared_text_column
+
+    for bad in (["ok", 3], ["ok", "\ud800"]):  # not a str; a lone surrogate
+        with pytest.raises(Exception) as expected:
+            pa.array(bad, pa.string())
+        with pytest.raises(expected.type):
+            shared_text_column(bad)

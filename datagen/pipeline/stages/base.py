@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from datagen.config import GenerateConfig
 from datagen.envs import import_modules
+from datagen.rows import shared_text_column
 from datagen.teachers import EnvPool
 from datagen.types import Trajectory
 
@@ -64,12 +65,24 @@ class Table:
     about: str
     columns: Mapping[str, str]
     optional: tuple[pa.Field, ...] = ()
+    # string columns whose long values many rows share (a pair's prompt text and tools JSON):
+    # built by `shared_text_column`, the others row by row
+    shared_text: tuple[str, ...] = ()
 
     def from_rows(self, rows: list[dict[str, Any]]) -> pa.Table:
         # Row by row on purpose: for the negatives / preferences / repairs rows (long strings
         # in message lists) from_pylist measured 2-2.5x faster than building the columns in
         # Python as `trajectory_table` does for its many small span structs.
-        return pa.Table.from_pylist(rows, schema=self.schema)
+        if not self.shared_text or not rows:
+            return pa.Table.from_pylist(rows, schema=self.schema)
+        rest = pa.schema([f for f in self.schema if f.name not in self.shared_text],
+                         metadata=self.schema.metadata)
+        table = pa.Table.from_pylist(rows, schema=rest)
+        for index, field in enumerate(self.schema):  # in schema order: each lands at its index
+            if field.name in self.shared_text:
+                column = shared_text_column([row.get(field.name) for row in rows])
+                table = table.add_column(index, field, column)
+        return table
 
     def fields(self) -> list[pa.Field]:
         return [*self.schema, *self.optional]

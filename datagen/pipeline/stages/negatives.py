@@ -23,6 +23,7 @@ from datagen.envs import Environment
 from datagen.pipeline.stages.base import (Stage, StageBatch, StageContext, StageOutput,
                                           register_stage)
 from datagen.pipeline.stages.tables import NEGATIVES, PREFERENCES, preferences_table
+from datagen.pipeline.stages.trajectories import Renderings
 from datagen.preferences import TrajectoryView, negative_preference, prompt_by_reference
 from datagen.teachers import EnvPool
 from datagen.types import Step, ToolCall, Trajectory, stable_seed
@@ -95,7 +96,8 @@ class NegativeStage(Stage):
     tables = (NEGATIVES, PREFERENCES)
 
     def __init__(self, config: NegativesConfig, run_seed: int,
-                 preferences_layout: str = "full", reports: StepReports | None = None) -> None:
+                 preferences_layout: str = "full", reports: StepReports | None = None,
+                 renderings: Renderings | None = None) -> None:
         # imported here: the mutators cost every worker's start-up only when the stage is on
         from mutators import mutate_report
 
@@ -105,6 +107,9 @@ class NegativeStage(Stage):
         self.reports = reports if config.execute else None
         self.compact = preferences_layout == "compact"
         self.output_tables = (NEGATIVES, preferences_table(preferences_layout))
+        # the trajectories stage's renderings of the same batch: a pair's prompt is cut from
+        # the text that stage rendered, not from a second rendering
+        self.renderings = renderings
 
     @classmethod
     def enabled(cls, config: GenerateConfig) -> bool:
@@ -113,7 +118,8 @@ class NegativeStage(Stage):
     @classmethod
     def build(cls, config: GenerateConfig, context: StageContext) -> NegativeStage:
         return cls(config.negatives, config.seed, config.preferences.layout,
-                   context.handoff.setdefault(StepReports.HANDOFF, StepReports()))
+                   context.handoff.setdefault(StepReports.HANDOFF, StepReports()),
+                   context.handoff.setdefault(Renderings.HANDOFF, Renderings()))
 
     def run(self, trajectories: list[Trajectory], envs: EnvPool) -> StageOutput:
         batch = StageBatch()
@@ -129,7 +135,7 @@ class NegativeStage(Stage):
 
     def _replay(self, traj: Trajectory, env: Environment, batch: StageBatch) -> None:
         env.reset(traj.task)
-        view = TrajectoryView(traj)
+        view = TrajectoryView(traj, self.renderings.get(traj) if self.renderings else None)
         tools = {tool["function"]["name"]: tool for tool in traj.tools}
         vouched = getattr(env, "validates_arguments", False) is True
         executed = self.config.execute

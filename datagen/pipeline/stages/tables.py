@@ -104,7 +104,7 @@ PREFERENCES = Table("preferences", PREFERENCE_SCHEMA, "one chosen/rejected pair 
                        "repairs/) in the same chunk (null: `prompt` holds it)",
     "prompt_chars": "compact layout only: `prompt_text` is the first `prompt_chars` "
                     "characters of that trajectory's `text`",
-}, optional=PROMPT_REFERENCE_FIELDS)
+}, optional=PROMPT_REFERENCE_FIELDS, shared_text=("tools", "prompt_text"))
 
 
 def preferences_table(layout: str) -> Table:
@@ -114,4 +114,5 @@ def preferences_table(layout: str) -> Table:
     schema = PREFERENCES.schema
     for field in PROMPT_REFERENCE_FIELDS:
         schema = schema.append(field)
-    return Table(PREFERENCES.name, schema, PREFERENCES.about, PREFERENCES.columns)
+    return Table(PREFERENCES.name, schema, PREFERENCES.about, PREFERENCES.columns,
+                 shared_text=PREFERENCES.shared_text)
