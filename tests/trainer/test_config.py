@@ -24,11 +24,10 @@ def test_shipped_recipes_validate(name):
 
 def test_safety_recipe_is_train_tiny_plus_the_safety_table():
     """configs/train_tiny_safety.yaml differs from train_tiny.yaml only where its header says
-    (safety table at weight 3, 4,000 steps), so the tiny recipe's tuning carries over."""
+    (the safety table, 4,000 steps), so the tiny recipe's tuning carries over."""
     base = load_config(ROOT / "configs" / "train_tiny.yaml").model_dump()
     safety = load_config(ROOT / "configs" / "train_tiny_safety.yaml").model_dump()
     assert safety["data"]["tables"] == ("trajectories", "safety")
-    assert safety["data"]["table_weights"] == {"safety": 3.0}
     assert safety["run"]["max_steps"] == 4000
     for section in ("data", "run"):
         for key in ("tables", "table_weights", "max_steps", "save_every"):
