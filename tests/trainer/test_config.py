@@ -11,8 +11,8 @@ from trainer.config import ConfigError, load_config
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name", ["train_tiny.yaml", "train_smollm2_gpu.yaml",
-                                  "train_qwen2_5_32b_zero3.yaml",
+@pytest.mark.parametrize("name", ["train_tiny.yaml", "train_tiny_safety.yaml",
+                                  "train_smollm2_gpu.yaml", "train_qwen2_5_32b_zero3.yaml",
                                   "dpo_tiny.yaml", "dpo_qwen2_5_32b_zero3.yaml"])
 def test_shipped_recipes_validate(name):
     cfg = load_config(ROOT / "configs" / name)
@@ -20,6 +20,20 @@ def test_shipped_recipes_validate(name):
     assert cfg.recipe == ("dpo" if name.startswith("dpo") else "sad")
     if cfg.scaling.strategy == "deepspeed":
         assert (ROOT / cfg.scaling.deepspeed_config).exists()
+
+
+def test_safety_recipe_is_train_tiny_plus_the_safety_table():
+    """configs/train_tiny_safety.yaml differs from train_tiny.yaml only where its header says
+    (the safety table, 4,000 steps), so the tiny recipe's tuning carries over."""
+    base = load_config(ROOT / "configs" / "train_tiny.yaml").model_dump()
+    safety = load_config(ROOT / "configs" / "train_tiny_safety.yaml").model_dump()
+    assert safety["data"]["tables"] == ("trajectories", "safety")
+    assert safety["run"]["max_steps"] == 4000
+    for section in ("data", "run"):
+        for key in ("tables", "table_weights", "max_steps", "save_every"):
+            base[section].pop(key, None), safety[section].pop(key, None)
+    base.pop("run_dir"), safety.pop("run_dir")
+    assert safety == base
 
 
 def test_overrides_are_typed_and_dotted():
