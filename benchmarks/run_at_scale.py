@@ -41,9 +41,12 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import psutil
+
+from datagen.bounded_read import read_bounded
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_CONFIG = REPO / "configs" / "demo.yaml"
@@ -371,8 +374,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+STATE_BYTES = 16 * 2**20  # a state holds one record per `datagen generate`: a few KB
+
+
 def state_path(out: Path) -> Path:
     return out.parent / f"{out.name}.run_at_scale.state.json"
+
+
+def save_state(out: Path, state: dict) -> None:
+    """Written aside and renamed: this script is killed by design, a half-written state
+    would lose the run's record."""
+    path = state_path(out)
+    partial_file = path.with_name(path.name + ".tmp")
+    partial_file.write_text(json.dumps(state, indent=1))
+    os.replace(partial_file, path)
 
 
 def load_state(args: argparse.Namespace, chunks: int, kill_after: int) -> dict | None:
@@ -388,15 +403,21 @@ def load_state(args: argparse.Namespace, chunks: int, kill_after: int) -> dict |
     if not path.is_file():
         print(f"--resume: no {path}", file=sys.stderr)
         return None
-    state = json.loads(path.read_text())
-    if state["runs"] and not state["runs"][-1]["finished"]:
-        # it died with this script: what it committed is on disk
-        state["runs"][-1]["chunks_committed"] = committed_chunks(args.out)
-    for key in ("n", "layout", "chunk_size", "workers"):
-        if state["args"][key] != getattr(args, key):
+    try:
+        state = json.loads(read_bounded(path, STATE_BYTES))
+        recorded = {key: state["args"][key] for key in ("n", "layout", "chunk_size", "workers")}
+        interrupted = bool(state["runs"]) and not state["runs"][-1]["finished"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"--resume: {path} is not a state this script wrote ({type(exc).__name__}: "
+              f"{exc})", file=sys.stderr)
+        return None
+    for key, value in recorded.items():
+        if value != getattr(args, key):
             print(f"--resume: --{key.replace('_', '-')} is {getattr(args, key)}, the run "
-                  f"recorded {state['args'][key]}", file=sys.stderr)
+                  f"recorded {value}", file=sys.stderr)
             return None
+    if interrupted:  # it died with this script: what it committed is on disk
+        state["runs"][-1]["chunks_committed"] = committed_chunks(args.out)
     return state
 
 
@@ -429,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     log = args.out.parent / f"{args.out.name}.generate.log"
     state.setdefault("args", {k: str(v) if isinstance(v, Path) else v
                               for k, v in vars(args).items() if k != "resume"})
-    save = lambda: state_path(args.out).write_text(json.dumps(state, indent=1))  # noqa: E731
+    save = partial(save_state, args.out, state)
     report = state
     report["log"] = str(log)
     try:

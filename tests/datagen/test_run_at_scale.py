@@ -35,6 +35,14 @@ def test_resume_refuses_arguments_that_are_not_the_runs(tmp_path, capsys):
     assert "--n is 200, the run recorded 100" in capsys.readouterr().err
 
 
+def test_resume_refuses_a_state_it_cannot_read(tmp_path, capsys):
+    out = tmp_path / "out"
+    run_at_scale.state_path(out).write_text('{"chunks": 10, "runs": [')  # cut mid-write
+    assert run_at_scale.main(["--n", "100", "--chunk-size", "10", "--out", str(out),
+                              "--resume"]) == 2
+    assert "is not a state this script wrote (JSONDecodeError" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_a_run_whose_script_died_resumes_to_a_verified_end(tmp_path, ray_head):
     """The state a killed script leaves (its generate never finished): --resume runs generate
