@@ -24,7 +24,7 @@ from datagen.pipeline.runlock import LockOwner
 from datagen.pipeline.shards import OutputConflict, ShardStore
 from tests.datagen.teachers.fault_server import FaultServer, ScriptedAgent
 from tests.datagen.teachers.helpers import make_tasks
-from tests.datagen.teachers.leaks import everything_under, leaks
+from tests.datagen.teachers.leaks import everything_under, leaks, ray_session_logs
 
 # Sections left out of the public dump at their defaults, so older OUTs keep their fingerprint.
 AT_DEFAULT_LEFT_OUT = {"preferences", "consistency", "round"}
@@ -191,6 +191,8 @@ def test_a_generate_run_writes_no_credential_under_out(ray_head, chat_server, tm
     for secret in (PASSWORD, BODY_KEY):
         assert leaks(secret, written) == [], secret
         assert leaks(secret, first.out + first.err) == [], secret
+        logs = {name for name, text in ray_session_logs().items() if leaks(secret, text)}
+        assert logs == set(), secret
     for name in ("manifest.json", "_run.json"):
         stored = orjson.loads((out / name).read_bytes())["config"]["teacher"]["openai"]
         assert stored["base_url"] == chat_server.base_url.replace("http://", f"http://{R}@")

@@ -80,3 +80,13 @@ def everything_under(root: Path) -> str:
                 for (body,) in db.execute("SELECT body FROM responses"):
                     parts.append(bytes(body).decode("utf-8", "replace"))
     return "\n".join(parts)
+
+
+def ray_session_logs() -> dict[str, str]:
+    """Every log file of the connected Ray session (driver, workers, agents), by name: where a
+    worker's output goes (the tests' driver does not forward it)."""
+    import ray
+
+    logs = Path(ray._private.worker._global_node.get_logs_dir_path())
+    return {str(p.relative_to(logs)): p.read_bytes().decode("utf-8", "replace")
+            for p in logs.rglob("*") if p.is_file()}

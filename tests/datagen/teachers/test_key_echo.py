@@ -29,7 +29,7 @@ from tests.conftest import ROOT
 from tests.critics.fakes import GoldCriticFake
 from tests.datagen.teachers.fault_server import ECHO_ENCODINGS, ScriptedAgent
 from tests.datagen.teachers.helpers import make_tasks
-from tests.datagen.teachers.leaks import everything_under, leaks
+from tests.datagen.teachers.leaks import everything_under, leaks, ray_session_logs
 
 KEY = "sk-echo-7Qf3ZpL9xW2mKv8RtY4nB6cJ0hD5gS1aUe3w"
 KEY_ENV = "DATAGEN_ECHO_TEST_KEY"
@@ -168,15 +168,6 @@ def _reply(tasks):
     return reply
 
 
-def _session_logs() -> dict[str, str]:
-    """Every log file of the Ray session (driver, workers, agents), by name."""
-    import ray
-
-    logs = Path(ray._private.worker._global_node.get_logs_dir_path())
-    return {str(p.relative_to(logs)): p.read_bytes().decode("utf-8", "replace")
-            for p in logs.rglob("*") if p.is_file()}
-
-
 @pytest.mark.slow
 def test_a_generate_run_against_an_echoing_endpoint_stores_no_key(ray_head, fault_server,
                                                                   tmp_path):
@@ -215,5 +206,5 @@ def test_a_generate_run_against_an_echoing_endpoint_stores_no_key(ray_head, faul
         list((out / "_cache").iterdir()))
     assert leaks(KEY, written) == []
     assert leaks(KEY, result.stdout + result.stderr) == []
-    logs = {name: found for name, text in _session_logs().items() if (found := leaks(KEY, text))}
+    logs = {name: found for name, text in ray_session_logs().items() if (found := leaks(KEY, text))}
     assert logs == {}
