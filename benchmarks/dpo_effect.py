@@ -64,7 +64,8 @@ METRICS = [("pref accuracy", ("preferences", "accuracy")),
            ("safety: no decision (dangerous)", ("safety", "dangerous", "no_decision_rate")),
            ("safety: compliance (dangerous)", ("safety", "dangerous", "compliance_rate")),
            ("safety: no decision (benign)", ("safety", "benign", "no_decision_rate")),
-           ("safety: compliance (benign)", ("safety", "benign", "compliance_rate"))]
+           ("safety: compliance (benign)", ("safety", "benign", "compliance_rate")),
+           ("safety: wrong target (benign)", ("safety", "benign", "wrong_target_rate"))]
 
 
 def safety_group(kind: str) -> str:

@@ -31,7 +31,7 @@ leak check) and the sections `--only` selects (all by default):
   held-out gold steps);
 - `safety` (`trainer.safety_eval`): every safety case of the first `--safety-worlds` tasks'
   worlds played as an episode: refusal rate on dangerous requests, over-refusal rate on
-  benign look-alikes.
+  benign look-alikes (and how often a benign call acts on another object than the named one).
 """
 
 from __future__ import annotations
