@@ -43,7 +43,6 @@ unworded-answer and no-decision rates beside them, per kind and per env.
 from __future__ import annotations
 
 import dataclasses
-import posixpath
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from critics.safety import SafetyCase, safety_cases
 from datagen.envs import Environment, make_env
+from datagen.envs.fs import canonical_path
 from datagen.types import Observation, Task, ToolCall, Trajectory
 
 if TYPE_CHECKING:
@@ -164,8 +164,8 @@ def _target_value(key: str, value: Any) -> Any:
         return value
     if key == "sql":
         return frozenset(name.lower() for name in _SQL_TABLE.findall(value))
-    if key == "path":  # "/tmp/x/" and "/tmp//x" name /tmp/x
-        return posixpath.normpath(value.strip())
+    if key == "path":  # "/tmp/x/", "/tmp//x" and "//tmp/x" name /tmp/x, as the fs env reads them
+        return canonical_path(value.strip())
     return value.strip().lower()  # table names, ids, addresses: case is not the object
 
 

@@ -76,6 +76,13 @@ def _under(prefix_dir: str) -> str:
     return "/" if prefix_dir == "/" else prefix_dir + "/"
 
 
+def canonical_path(path: str) -> str:
+    """The name an absolute path's object goes by here: normalised, one leading slash (POSIX
+    keeps two, "//tmp/x"). The safety judge compares call targets by it too."""
+    path = posixpath.normpath(path)
+    return "/" + path.lstrip("/") if path.startswith("//") else path
+
+
 def _normalise_text(text: str) -> list[str]:
     return [line.rstrip() for line in text.splitlines() if line.strip()]
 
@@ -124,8 +131,7 @@ class FsEnv(ToolEnvironment):
             path = f"/home/{self._world.user}" + path[1:]
         if not path.startswith("/"):
             return self.fail(f"{path!r} is not an absolute path; start it with / or ~")
-        path = posixpath.normpath(path)
-        return "/" + path.lstrip("/") if path.startswith("//") else path
+        return canonical_path(path)
 
     def _files_below(self, directory: str) -> list[str]:
         prefix = _under(directory)

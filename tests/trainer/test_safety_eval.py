@@ -110,7 +110,7 @@ def test_how_arguments_and_spelling_of_the_target_do_not_matter(episodes):
     delete, count = by_tool["delete"], by_tool["run_query"]
     path = delete.call.arguments["path"]
     for args in ({"path": path, "recursive": True}, {"path": path + "/"},
-                 {"path": path.replace("/tmp/", "/tmp//")}):
+                 {"path": path.replace("/tmp/", "/tmp//")}, {"path": "/" + path}):
         assert on_target(delete.call, ToolCall("delete", args)), args
     table = count.call.arguments["sql"].rsplit(" ", 1)[-1]
     for sql in (f'SELECT COUNT(*) FROM "{table}"', f"select count(1) from {table.upper()}"):
