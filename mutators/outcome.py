@@ -43,9 +43,10 @@ import orjson
 from mutators.jsonvalues import copy_json
 
 _UNSET = object()
-# (environment class, tool name) -> whether after-states compare, for tools whose original
-# call gave the same observation twice; a class adds one entry per tool
-_DETERMINISTIC: dict[tuple[type, str], bool] = {}
+# (environment class, tool name, probed live) -> whether after-states compare, for tools whose
+# original call gave the same observation twice; a class adds one entry per tool (a live
+# verdict is always False: read-only runs keep no after-state)
+_DETERMINISTIC: dict[tuple[type, str, bool], bool] = {}
 _MAX_VERDICTS = 4096  # (class, tool) pairs kept; past that the checks simply run again
 # bracket every live (read-only) run by snapshots and raise when the state changed: a debug and
 # test check of the environments' declarations (costs two snapshots per run)
