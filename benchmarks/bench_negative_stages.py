@@ -21,13 +21,16 @@ import os
 import pstats
 import time
 
-COUNTED = {  # function name -> file it must come from (None: a C function)
+COUNTED = {  # function name -> file(s) it must come from (None: a C function)
     "step": "_toolkit.py", "restore": "sql_sandbox.py", "validate_with": "validate.py",
     "load_tool": "validate.py", "sample_value": "sample.py",
     "group_properties": "hallucinated_key.py",
     "<built-in method _sqlite3.connect>": None,
     "<method 'backup' of 'sqlite3.Connection' objects>": None,
     "<method 'deserialize' of 'sqlite3.Connection' objects>": None,
+    # every environment's snapshot (the outcome check takes none for a read-only call)
+    "snapshot": ("fs.py", "enterprise.py", "envs/sql.py"),
+    "<method 'serialize' of 'sqlite3.Connection' objects>": None,
 }
 
 
@@ -66,7 +69,9 @@ def counts(trajectories) -> None:
     for (file, _, function), (_, ncalls, *_) in sorted(pstats.Stats(profiler).stats.items()):
         if function in COUNTED and (COUNTED[function] is None
                                     or file.endswith(COUNTED[function])):
-            print(f"  {function:<56}{ncalls / calls:>7.2f}")
+            label = function if not isinstance(COUNTED[function], tuple) else \
+                f"{function} ({file.rsplit('/', 2)[-2]}/{file.rsplit('/', 1)[-1]})"
+            print(f"  {label:<56}{ncalls / calls:>7.2f}")
 
 
 def main() -> None:

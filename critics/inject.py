@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 from datagen.envs import Environment
 from datagen.types import Observation, ToolCall, Trajectory
 from mutators import ALL_KINDS, MutationReport, Negative, Rejected, mutate_report
+from mutators.outcome import is_read_only
 
 # the mutation report already made at a step (same state, same call), or None
 KnownReports = Callable[[int], "MutationReport | None"]
@@ -43,11 +44,14 @@ def call_steps(traj: Trajectory) -> list[int]:
 
 
 def replay(env: Environment, traj: Trajectory, upto: int) -> None:
-    """Reset `env` to the task and re-execute the calls of steps [0, upto)."""
+    """Reset `env` to the task and re-execute the calls of steps [0, upto) (but those the
+    environment declares read-only: they leave the state as it is)."""
     env.reset(traj.task)
     for step in traj.steps[:upto]:
         if step.call is not None:
-            env.step(step.call.as_dict())
+            call = step.call.as_dict()
+            if not is_read_only(env, call):
+                env.step(call)
 
 
 def _tool(traj: Trajectory, name: str) -> dict[str, Any]:

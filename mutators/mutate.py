@@ -18,7 +18,7 @@ from mutators import extra_kinds, hallucinated_key, logical_error, type_error
 from mutators.jsonvalues import copy_json
 from mutators.negative import (ALL_KINDS, KINDS, KindSpec, MutationContext, MutationReport,
                                Negative, Operator, Rejected, materialise)
-from mutators.outcome import OutcomeProbe
+from mutators.outcome import OutcomeProbe, is_read_only
 from mutators.slots import walk
 from mutators.validate import (ToolInfo, ValidationError, call_arguments, load_tool,
                                validate_with)
@@ -144,7 +144,7 @@ def mutate_report(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *,
         would (a caller replaying a trajectory steps each call after mutating it): when the
         last kind's outcome check ran the original, its after-state is restored, otherwise
         the call is stepped here (an exception from that step propagates, as the caller's
-        own step would have raised).
+        own step would have raised), unless `env.read_only(call)` says it changes nothing.
 
     Never raises on data: whatever the call, the tool spec, the environment or the other
     tools hold, and whatever the seed (an int of any size, or any value with a `str()`),
@@ -180,8 +180,8 @@ def mutate_report(call: dict[str, Any], tool: dict[str, Any], seed: int = 0, *,
             report.negatives.append(result)
         else:
             report.impossible[key] = result
-    if advance and not advanced and env is not None:
-        env.step(copy_json(call))
+    if advance and not advanced and env is not None and not is_read_only(env, call):
+        env.step(copy_json(call))  # a read-only call would leave the state as it is
     return report
 
 

@@ -19,10 +19,23 @@ of the demo pipeline's CPU.
 `close(advance=True)` leaves the environment in the state after the original call (the
 baseline run's), for a caller that would step the original next anyway (the negatives stage
 replaying a trajectory): that saves it the step.
+
+Read-only calls: an environment may declare `read_only(call) -> bool` (calls that cannot
+change its state, whatever their arguments: lookups, searches). When the original is
+read-only the probe takes no snapshot: the original and every read-only candidate run on the
+live state, which none of them can change, and only observations are compared (an after-state
+equals the state before). A candidate that is not read-only (a custom operator may change the
+tool) is run from a snapshot taken then, compared by observation only, and the state is put
+back. In the demo pipeline most gold calls are lookups; for `sql` this also spares SQLite
+re-reading its schema after every restore. With `CHECK_READ_ONLY` on (the tests; environment
+variable `MUTATORS_CHECK_READ_ONLY=1`) every live run is bracketed by snapshots and a state
+change raises `ReadOnlyViolation` (compared by the environment's `same_state(a, b)` when it
+has one, else by `==`).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import orjson
@@ -30,10 +43,30 @@ import orjson
 from mutators.jsonvalues import copy_json
 
 _UNSET = object()
-# (environment class, tool name) -> whether after-states compare, for tools whose original
-# call gave the same observation twice; a class adds one entry per tool
-_DETERMINISTIC: dict[tuple[type, str], bool] = {}
+# (environment class, tool name, probed live) -> whether after-states compare, for tools whose
+# original call gave the same observation twice; a class adds one entry per tool (a live
+# verdict is always False: read-only runs keep no after-state)
+_DETERMINISTIC: dict[tuple[type, str, bool], bool] = {}
 _MAX_VERDICTS = 4096  # (class, tool) pairs kept; past that the checks simply run again
+# bracket every live (read-only) run by snapshots and raise when the state changed: a debug and
+# test check of the environments' declarations (costs two snapshots per run)
+CHECK_READ_ONLY = os.environ.get("MUTATORS_CHECK_READ_ONLY") == "1"
+
+
+class ReadOnlyViolation(AssertionError):
+    """A call the environment declared read-only changed its state (`CHECK_READ_ONLY`)."""
+
+
+def is_read_only(env: Any, call: Any) -> bool:
+    """Whether `env` declares `call` unable to change its state (`env.read_only(call)` is
+    True); False when it declares nothing or the declaration fails."""
+    declared = getattr(env, "read_only", None)
+    if not callable(declared):
+        return False
+    try:
+        return declared(call) is True
+    except Exception:  # noqa: BLE001 - an undeclared call is simply run from a snapshot
+        return False
 
 
 def observation_key(obs: Any) -> Any:
@@ -67,6 +100,8 @@ class OutcomeProbe:
         self._baseline: Any = _UNSET
         self._after: Any = _UNSET  # the state after the original (baseline) run
         self._states_comparable = False
+        # the original is read-only: no snapshot, read-only calls run on the live state
+        self._live = is_read_only(env, self.original)
         self.last_change = ""
 
     def _run(self, call: dict[str, Any], restore: bool = True,
@@ -78,24 +113,52 @@ class OutcomeProbe:
         observation = observation_key(self.env.step(copy_json(call)))
         return observation, self.env.snapshot() if keep_state else None
 
+    def _run_live(self, call: dict[str, Any]) -> tuple[Any, None]:
+        """(observation key, None) of a read-only `call` run on the live state."""
+        if not CHECK_READ_ONLY:
+            return observation_key(self.env.step(copy_json(call))), None
+        before = self.env.snapshot()
+        observation = observation_key(self.env.step(copy_json(call)))
+        after = self.env.snapshot()
+        same = getattr(self.env, "same_state", None)
+        if not (same(before, after) if callable(same) else _same_state(before, after)):
+            raise ReadOnlyViolation(f"{call.get('name')!r} is declared read-only by "
+                                    f"{type(self.env).__name__} but changed its state")
+        return observation, None
+
+    def _run_writing(self, call: dict[str, Any]) -> tuple[Any, Any]:
+        """A call that is not read-only under a live probe: run from a snapshot of the state
+        before the original (taken now: every run so far left it unchanged), then put back."""
+        if self._state is _UNSET:
+            self._state = self.env.snapshot()
+        try:
+            return self._run(call, keep_state=False)
+        finally:
+            self.env.restore(self._state)
+
     def _ready(self) -> bool:
         """Snapshot and run the original (twice where determinism is not known yet), once;
         False (with `failure`) if impossible."""
         if self._baseline is not _UNSET or self.failure is not None:
             return self.failure is None
-        try:
-            self._state = self.env.snapshot()
-        except Exception as exc:  # noqa: BLE001 - any env failure becomes a reason
-            self.failure = f"env.snapshot() failed: {type(exc).__name__}: {exc}"
-            return False
+        if not self._live:
+            try:
+                self._state = self.env.snapshot()
+            except Exception as exc:  # noqa: BLE001 - any env failure becomes a reason
+                self.failure = f"env.snapshot() failed: {type(exc).__name__}: {exc}"
+                return False
         name = self.original.get("name") if isinstance(self.original, dict) else None
-        key = (type(self.env), str(name))
+        # live verdicts apart: they say nothing about comparing after-states
+        key = (type(self.env), str(name), self._live)
         try:
-            first = self._run(self.original, restore=False)
+            first = self._run_live(self.original) if self._live else \
+                self._run(self.original, restore=False)
             self._after = first[1]
             comparable = _DETERMINISTIC.get(key)
             if comparable is None:
                 comparable = self._check_determinism(first)
+        except ReadOnlyViolation:
+            raise
         except Exception as exc:  # noqa: BLE001
             self.failure = f"env.step raised on the original call: {type(exc).__name__}: {exc}"
             return False
@@ -110,12 +173,12 @@ class OutcomeProbe:
     def _check_determinism(self, first: tuple[Any, Any]) -> bool | None:
         """Run the original a second time: whether after-states compare, or None (with
         `failure`) when the observations differ."""
-        second = self._run(self.original)
+        second = self._run_live(self.original) if self._live else self._run(self.original)
         if first[0] != second[0]:
             self.failure = ("the environment is not deterministic (the original call gave two "
                             "different observations), so a changed outcome cannot be verified")
             return None
-        return _same_state(first[1], second[1])
+        return not self._live and _same_state(first[1], second[1])
 
     def changes_outcome(self, call: dict[str, Any]) -> bool:
         """True when `call` executes to a different observation (or after-state) than the
@@ -124,7 +187,14 @@ class OutcomeProbe:
             return False
         self.used += 1
         try:
-            observation, state = self._run(call, keep_state=self._states_comparable)
+            if not self._live:
+                observation, state = self._run(call, keep_state=self._states_comparable)
+            elif is_read_only(self.env, call):
+                observation, state = self._run_live(call)
+            else:
+                observation, state = self._run_writing(call)
+        except ReadOnlyViolation:
+            raise
         except Exception:  # noqa: BLE001 - a candidate that crashes the env is just rejected
             return False
         if observation != self._baseline[0]:
@@ -146,7 +216,12 @@ class OutcomeProbe:
     def close(self, advance: bool = False) -> bool:
         """Leave the environment as it was found (restore the snapshot, if one was taken);
         with `advance`, in the state after the original call when the probe ran it cleanly
-        in a deterministic environment. Returns whether it is in that after-state."""
+        in a deterministic environment (a read-only original: the state as found is that
+        state). Returns whether it is in that after-state."""
+        if self._live:
+            # the state is the one before the call, which a read-only call leaves as it is
+            # (restored after a candidate that was not read-only)
+            return advance
         if self._state is _UNSET:
             return False
         advanced = advance and self._after is not _UNSET and self._baseline is not _UNSET

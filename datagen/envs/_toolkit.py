@@ -125,6 +125,10 @@ class ToolEnvironment(Environment):
     # validator refuses for `tools()`: a call that ran cleanly is a valid call
     validates_arguments: ClassVar[bool] = True
     TOOL_SPECS: ClassVar[list[dict[str, Any]]]
+    # tools that never change the state, whatever their arguments (see `read_only`); the
+    # outcome check runs them live, without a snapshot and restores (for `sql` each restore
+    # also made SQLite re-read the schema)
+    READ_ONLY_TOOLS: ClassVar[frozenset[str]] = frozenset()
     TEMPLATES: ClassVar[tuple[Callable[[Any, random.Random], Draft | None], ...]]
     FALLBACK: ClassVar[Any]  # staticmethod: a template that never returns None
     _worlds: WorldCache
@@ -202,6 +206,12 @@ class ToolEnvironment(Environment):
 
     def is_ready(self) -> bool:
         return getattr(self, "state", None) is not None
+
+    def read_only(self, call: dict[str, Any]) -> bool:
+        """A call of one of `READ_ONLY_TOOLS` (by name; a call of an unknown tool or with
+        invalid arguments changes nothing either, but is not declared)."""
+        name = call.get("name") if isinstance(call, dict) else None
+        return isinstance(name, str) and name in self.READ_ONLY_TOOLS
 
     def alternatives(self, call: dict[str, Any], path: str) -> list[Any]:
         """Other existing values for the argument at `path`: other enum members, or other ids

@@ -59,6 +59,13 @@ class Environment(ABC):
         plausible logical errors; the default knows none."""
         return []
 
+    def read_only(self, call: dict[str, Any]) -> bool:
+        """Whether `call` cannot change the state, whatever its arguments (a lookup, a
+        search, a read). The mutators' outcome check then runs it, and its mutated versions,
+        on the live state instead of from a snapshot, and a replay may skip it. A wrong True
+        makes negatives unsound: declare only tools that never write. The default: none."""
+        return False
+
     def snapshot(self) -> Any:
         """An opaque copy of the current state, restorable with `restore` (used to execute a
         mutated call without disturbing the rollout). The default deep-copies `self.state`."""

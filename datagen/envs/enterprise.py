@@ -54,6 +54,11 @@ class EnterpriseEnv(ToolEnvironment):
     TOOL_SPECS = TOOL_SPECS
     TEMPLATES = TEMPLATES
     FALLBACK = staticmethod(open_ticket_count)  # always fits a world
+    # lookups (a first access copies a collection from the world into the state: the same
+    # records, see `same_state`)
+    READ_ONLY_TOOLS = frozenset({"search_contacts", "get_contact", "search_accounts",
+                                 "search_users", "search_tickets", "list_orders", "get_order",
+                                 "list_events"})
 
     def __init__(self) -> None:
         self.state: dict[str, Any] | None = None
@@ -314,6 +319,17 @@ class EnterpriseEnv(ToolEnvironment):
         if self.state is None:
             return None
         return {key: value.copy() for key, value in self.state.items()}
+
+    def same_state(self, first: Any, second: Any) -> bool:
+        """Whether two snapshots hold the same records, a collection not copied from the
+        world yet counting as the world's (the outcome check's read-only test)."""
+        if first is None or second is None:
+            return first is second
+
+        def records(snapshot: dict[str, Any], key: str) -> Any:
+            return snapshot[key] if key in snapshot else self._world.collection(key)
+
+        return all(records(first, key) == records(second, key) for key in {*first, *second})
 
     def restore(self, snapshot: Any) -> None:
         if snapshot is None:

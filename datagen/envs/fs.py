@@ -95,6 +95,7 @@ class FsEnv(ToolEnvironment):
     TOOL_SPECS = TOOL_SPECS
     TEMPLATES = TEMPLATES
     FALLBACK = staticmethod(config_lookup)  # always fits a world
+    READ_ONLY_TOOLS = frozenset({"list_dir", "read_file", "search", "stat"})
 
     def __init__(self) -> None:
         self.state: dict[str, dict[str, Any]] | None = None

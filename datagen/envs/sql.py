@@ -65,6 +65,8 @@ class SqlEnv(ToolEnvironment):
     TOOL_SPECS = TOOL_SPECS
     TEMPLATES = TEMPLATES
     FALLBACK = staticmethod(entity_total)  # always fits a world
+    # run_query runs under the authorizer's read mode: any write is refused
+    READ_ONLY_TOOLS = frozenset({"list_tables", "describe_table", "run_query"})
 
     def __init__(self) -> None:
         self.db = SqlSandbox()

@@ -162,8 +162,8 @@ class NegativeStage(Stage):
             for kind, rejected in report.impossible.items():
                 batch.count("impossible", kind)
                 batch.count("impossible_why", f"{kind}: {rejected.kind}")
-            if not executed:
-                env.step(step.call.as_dict())
+            if not executed and not env.read_only(step.call.as_dict()):
+                env.step(step.call.as_dict())  # a read-only call leaves the state as it is
 
     @classmethod
     def summary_lines(cls, stats: dict[str, Any]) -> list[str]:
