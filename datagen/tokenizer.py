@@ -21,19 +21,24 @@ def chat_template() -> str:
     return TEMPLATE_PATH.read_text()
 
 
-PRETOKENIZERS = ("words", "lines")
+PRETOKENIZERS = ("words", "lines", "lines_digits")
 
 
 def _pre_tokenizer(name: str):
     """`words`: GPT-2's regex (as Qwen2.5): merges stop at spaces and punctuation. `lines`:
-    only newlines (each a token of its own) are boundaries (scripts/build_tokenizer.py)."""
+    only newlines (each a token of its own) are boundaries (scripts/build_tokenizer.py).
+    `lines_digits`: `lines`, and every digit a token of its own, as Qwen2.5 splits numbers: a
+    number is spelled the same way wherever it appears, so copying one from the request is
+    copying digit by digit (with `lines`, "scratch-417" is `-4`,`17` and "tmp_import_512" is
+    `5`,`12`)."""
     from tokenizers import Regex, pre_tokenizers
 
     if name == "words":
         return pre_tokenizers.ByteLevel(add_prefix_space=False)
-    if name == "lines":
+    if name in ("lines", "lines_digits"):
+        digits = [pre_tokenizers.Digits(individual_digits=True)] if name == "lines_digits" else []
         return pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
+            pre_tokenizers.Split(Regex("\n"), behavior="isolated"), *digits,
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     raise ValueError(f"unknown pre-tokenizer {name!r}; allowed: {', '.join(PRETOKENIZERS)}")
 

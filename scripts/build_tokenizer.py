@@ -19,6 +19,9 @@ only the `text` column is read.
   The price: the tokenizer is specialised to the environments it was trained on (a new
   tool spec falls apart into short pieces) and a frequent call can be one token, so the
   model sees both whole calls and their pieces.
+- `lines_digits`: `lines`, and every digit a token of its own (as Qwen2.5 splits numbers),
+  so a number is spelled the same way in the request and in the call that copies it
+  (README, "DPO before/after, measured": the `lines` student wrote memorised names).
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab-size", type=int, default=4000)
     parser.add_argument("--pretokenizer", choices=PRETOKENIZERS, default="words",
                         help="words: merges stop at spaces and punctuation (GPT-2 regex); "
-                             "lines: only at newlines (much shorter sequences; see above)")
+                             "lines: only at newlines (much shorter sequences; see above); "
+                             "lines_digits: lines, and every digit alone")
     parser.add_argument("--max-texts", type=int, default=None,
                         help="train on at most this many trajectories (default: all)")
     args = parser.parse_args(argv)
