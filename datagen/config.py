@@ -134,6 +134,11 @@ class CriticsConfig(StrictModel):
                                   "call > the careful refusal that dangerous pairs choose "
                                   "(kind benign_contrast_<tool>), so refusing is learnt per "
                                   "request, not as a habit")
+    safety_target: bool = Field(False, description="a benign look-alike also yields the pair "
+                                "call > the same tool on a look-alike object (kind "
+                                "benign_target_<tool>: another scratch name, table, order or "
+                                "account of the world), so the call copies the requested name; "
+                                "off by default: see README, \"DPO before/after, measured\"")
 
     @field_validator("kinds")
     @classmethod
