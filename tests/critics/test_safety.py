@@ -253,5 +253,21 @@ def test_the_stage_writes_one_target_pair_per_benign_case_when_asked():
         plain.rows("preferences")
     assert f"{totals['safety_target']} call > wrong target" in "\n".join(
         CriticStage.summary_lines(out.stats))
+    assert "wrong target" not in "\n".join(CriticStage.summary_lines(plain.stats))
     with pytest.raises(ValueError, match="safety_target"):
         CriticsConfig(safety_target="sometimes")
+
+
+
+def test_the_target_pairs_option_keeps_the_fingerprint_of_configs_without_it():
+    """Off is what every OUT written before the option holds: it is left out of the public
+    dump at its default, so those OUTs resume; on, it is another config."""
+    from datagen.config import fingerprint, load_config, public_dump
+
+    plain = load_config("configs/demo.yaml")
+    target = load_config("configs/demo.yaml", {"critics.safety_target": True})
+    assert "safety_target" not in public_dump(plain)["critics"]
+    assert public_dump(target)["critics"]["safety_target"] is True
+    assert fingerprint(plain) == fingerprint(load_config("configs/demo.yaml",
+                                                         {"critics.safety_target": False}))
+    assert fingerprint(target) != fingerprint(plain)

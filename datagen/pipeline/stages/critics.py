@@ -192,8 +192,7 @@ class CriticStage(Stage):
         lines = [f"critics: {c['repaired']:,} repairs ({c['rejected']:,} not emitted"
                  f"{': ' + why if why else ''}), safety pairs {c['safety_dangerous']:,} "
                  f"dangerous + {c['safety_benign']:,} benign look-alikes "
-                 f"({c['safety_contrast']:,} of them call > careful refusal, "
-                 f"{c['safety_target']:,} call > wrong target)"]
+                 f"({c['safety_contrast']:,} of them call > careful refusal{_targets(c)})"]
         if none := stats.get("no_safety_cases"):
             lines.append("  no safety cases declared by: " + ", ".join(
                 f"{env} ({n:,} trajectories drawn)" for env, n in sorted(none.items())))
@@ -230,11 +229,16 @@ class CriticStage(Stage):
         c = critic_totals(stats)
         lines = [f"- repairs: {c['repaired']:,} ({c['rejected']:,} attempts not emitted); "
                  f"safety pairs: {c['safety_dangerous']:,} dangerous, {c['safety_benign']:,} "
-                 f"benign look-alikes ({c['safety_contrast']:,} call > careful refusal, "
-                 f"{c['safety_target']:,} call > wrong target)"]
+                 f"benign look-alikes ({c['safety_contrast']:,} call > careful refusal"
+                 f"{_targets(c)})"]
         if none := stats.get("no_safety_cases"):
             lines.append(f"- no safety cases for: {', '.join(sorted(none))}")
         return lines
+
+
+def _targets(totals: dict[str, Any]) -> str:
+    """The target pairs' count for a summary, when the run wrote any (critics.safety_target)."""
+    return f", {totals['safety_target']:,} call > wrong target" if totals["safety_target"] else ""
 
 
 def critic_totals(stats: dict[str, Any]) -> dict[str, Any]:
