@@ -1,14 +1,20 @@
 """Safety cases -> `preferences` rows (source `safety`).
 
 Dangerous: chosen = a refusal or confirmation request that names the action and the risk,
-rejected = the compliant call. Benign look-alike, two pairs (`safety_preferences`): chosen =
-the call over a blunt over-refusal (kind `benign_<tool>`), and, with `contrast` (the default),
-chosen = the call over the careful refusal / confirmation request that the dangerous pairs
-choose, worded by the same templates (kind `benign_contrast_<tool>`, XSTest-style). Without
-the contrast pair the careful refusal is only ever chosen, so a model can learn "answer
-without a call" instead of which requests to refuse (README, "DPO before/after, measured").
-A benign case yields two pairs and a dangerous one one; the cases' mix (~1 benign in 3) makes
-the two sides about even. Wording is drawn with a seeded rng so pairs do not all read alike.
+rejected = the compliant call. Benign look-alike, up to three pairs (`safety_preferences`),
+all with chosen = the call:
+- over a blunt over-refusal (kind `benign_<tool>`);
+- with `contrast` (the default), over the careful refusal / confirmation request that the
+  dangerous pairs choose, worded by the same templates (kind `benign_contrast_<tool>`,
+  XSTest-style). Without it the careful refusal is only ever chosen, so a model can learn
+  "answer without a call" instead of which requests to refuse;
+- with `target`, over the same reasoning and tool on the case's decoy, a look-alike object
+  (kind `benign_target_<tool>`): the pair differs only in the call's target, so it is the one
+  signal to copy the requested name (the tiny student called memorised names, README, "DPO
+  before/after, measured").
+A benign case yields two or three pairs and a dangerous one one; the cases' mix (~1 benign in
+3) keeps the two sides about even. Wording is drawn with a seeded rng so pairs do not all read
+alike; the target pair draws nothing, so turning it on adds rows and changes no other pair.
 """
 
 from __future__ import annotations
@@ -91,10 +97,12 @@ def _careful_refusal(case: SafetyCase, rng: random.Random, risk: str | None = No
 
 
 def safety_preferences(case: SafetyCase, tools: list[dict[str, Any]], source_id: str,
-                       rng: random.Random, contrast: bool = True) -> list[dict[str, Any]]:
+                       rng: random.Random, contrast: bool = True,
+                       target: bool = False) -> list[dict[str, Any]]:
     """The preferences rows of `case` (tools: the environment's tool specs): one for a
-    dangerous request; for a benign look-alike the call over an over-refusal, and with
-    `contrast` also the call over the careful refusal (module doc)."""
+    dangerous request; for a benign look-alike the call over an over-refusal, with `contrast`
+    also the call over the careful refusal, with `target` also the call over its decoy
+    (module doc)."""
     call = case.call
     if case.dangerous:
         chosen = _careful_refusal(case, rng)
@@ -106,6 +114,9 @@ def safety_preferences(case: SafetyCase, tools: list[dict[str, Any]], source_id:
     if contrast:
         careful = _careful_refusal(case, rng, rng.choice(_WORRY))
         rows.append(_row(case, chosen, careful, tools, source_id, f"benign_contrast_{call.name}"))
+    if target and case.decoy is not None:
+        wrong = Step(chosen.reasoning, call=case.decoy)
+        rows.append(_row(case, chosen, wrong, tools, source_id, f"benign_target_{call.name}"))
     return rows
 
 

@@ -134,6 +134,16 @@ class CriticsConfig(StrictModel):
                                   "call > the careful refusal that dangerous pairs choose "
                                   "(kind benign_contrast_<tool>), so refusing is learnt per "
                                   "request, not as a habit")
+    # Off by default: the shipped DPO with these pairs left the tiny student's wrong-target
+    # rate where it was (held out, eval seeds 0-3 x DPO seeds 0-2: 0.628 / 0.663 from starts
+    # s0 / s1, without them 0.592 / 0.648; not one scratch delete or drop_table right) and
+    # moved refusal and over-refusal the right way for 1 of 6 (start, seed) pairs instead of
+    # 3; its scratch-name pairs stay at chance accuracy (README, "DPO before/after, measured").
+    safety_target: bool = Field(False, description="a benign look-alike also yields the pair "
+                                "call > the same tool on a look-alike object (kind "
+                                "benign_target_<tool>: another scratch name, table, order or "
+                                "account of the world), so the call copies the requested name; "
+                                "off by default: see README, \"DPO before/after, measured\"")
 
     @field_validator("kinds")
     @classmethod
@@ -382,6 +392,8 @@ def public_dump(config: GenerateConfig) -> dict[str, Any]:
         del dump["consistency"]  # the same: off is what every OUT before the section holds
     if dump["round"] == 0:
         del dump["round"]  # the same: round 0 is what every OUT before the field holds
+    if not dump["critics"]["safety_target"]:
+        del dump["critics"]["safety_target"]  # the same: off is what every OUT before it holds
     return redact_credentials(dump)
 
 

@@ -27,7 +27,9 @@ from tests.datagen.teachers.helpers import make_tasks
 from tests.datagen.teachers.leaks import everything_under, leaks, ray_session_logs
 
 # Sections left out of the public dump at their defaults, so older OUTs keep their fingerprint.
-AT_DEFAULT_LEFT_OUT = {"preferences", "consistency", "round"}
+AT_DEFAULT_LEFT_OUT = {"preferences": True, "consistency": True, "round": True,
+                       "critics": {"safety_target"}}
+LEFT_OUT = {**dict.fromkeys(RUN_ONLY_FIELDS, True), **AT_DEFAULT_LEFT_OUT}
 
 PASSWORD = "pw-7Hq2xLm9Zt4Kc8Rv"
 BODY_KEY = "sk-body-3Nf8Wq1Ys6Jd0Pa5"
@@ -95,7 +97,7 @@ def test_public_dump_redacts_and_keeps_the_rest():
     assert leaks(PASSWORD, json.dumps(dump)) == [] and leaks(BODY_KEY, json.dumps(dump)) == []
     # (`preferences`, `consistency` and `round` are left out at their defaults: see the
     # fingerprint test below)
-    raw = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS | AT_DEFAULT_LEFT_OUT)
+    raw = config.model_dump(mode="json", exclude=LEFT_OUT)
     assert {k: v for k, v in dump.items() if k != "teacher"} == {
         k: v for k, v in raw.items() if k != "teacher"}
 
@@ -107,10 +109,11 @@ def test_fingerprint_ignores_credentials_and_is_unchanged_without_them():
     assert fingerprint(one) == fingerprint(other), "a rotated password is the same data"
     assert fingerprint(one) != fingerprint(elsewhere), "another endpoint is not"
     # the hash of a password-free config is what it was before redaction existed (and before
-    # the `preferences` and `consistency` sections and the `round` field, left out at their
-    # defaults): OUTs that older runs wrote resume
+    # the `preferences` and `consistency` sections and the `round` and
+    # `critics.safety_target` fields, left out at their defaults): OUTs that older runs wrote
+    # resume
     for config in (load_config("configs/demo.yaml"), _openai_config("http://h:1/v1")):
-        payload = config.model_dump(mode="json", exclude=RUN_ONLY_FIELDS | AT_DEFAULT_LEFT_OUT)
+        payload = config.model_dump(mode="json", exclude=LEFT_OUT)
         before = hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS))
         assert fingerprint(config) == before.hexdigest()[:16]
 

@@ -166,7 +166,8 @@ class CriticStage(Stage):
             return
         for case in rng.sample(cases, min(self.config.safety_per_trajectory, len(cases))):
             for row in safety_preferences(case, traj.tools, traj.id, rng,
-                                          self.config.safety_contrast):
+                                          self.config.safety_contrast,
+                                          self.config.safety_target):
                 batch.add("preferences", row)
                 batch.count("safety", row["kind"])
 
@@ -191,7 +192,7 @@ class CriticStage(Stage):
         lines = [f"critics: {c['repaired']:,} repairs ({c['rejected']:,} not emitted"
                  f"{': ' + why if why else ''}), safety pairs {c['safety_dangerous']:,} "
                  f"dangerous + {c['safety_benign']:,} benign look-alikes "
-                 f"({c['safety_contrast']:,} of them call > careful refusal)"]
+                 f"({c['safety_contrast']:,} of them call > careful refusal{_targets(c)})"]
         if none := stats.get("no_safety_cases"):
             lines.append("  no safety cases declared by: " + ", ".join(
                 f"{env} ({n:,} trajectories drawn)" for env, n in sorted(none.items())))
@@ -228,10 +229,16 @@ class CriticStage(Stage):
         c = critic_totals(stats)
         lines = [f"- repairs: {c['repaired']:,} ({c['rejected']:,} attempts not emitted); "
                  f"safety pairs: {c['safety_dangerous']:,} dangerous, {c['safety_benign']:,} "
-                 f"benign look-alikes ({c['safety_contrast']:,} call > careful refusal)"]
+                 f"benign look-alikes ({c['safety_contrast']:,} call > careful refusal"
+                 f"{_targets(c)})"]
         if none := stats.get("no_safety_cases"):
             lines.append(f"- no safety cases for: {', '.join(sorted(none))}")
         return lines
+
+
+def _targets(totals: dict[str, Any]) -> str:
+    """The target pairs' count for a summary, when the run wrote any (critics.safety_target)."""
+    return f", {totals['safety_target']:,} call > wrong target" if totals["safety_target"] else ""
 
 
 def critic_totals(stats: dict[str, Any]) -> dict[str, Any]:
@@ -247,5 +254,6 @@ def critic_totals(stats: dict[str, Any]) -> dict[str, Any]:
             **{key: stats.get("counts", {}).get(key, 0)
                for key in ("injected", "failed_rollouts", "errors")},
             "safety_dangerous": dangerous, "safety_benign": sum(safety.values()) - dangerous,
-            "safety_contrast": sum(n for kind, n in safety.items()
-                                   if kind.startswith("benign_contrast_"))}
+            **{f"safety_{pair}": sum(n for kind, n in safety.items()
+                                     if kind.startswith(f"benign_{pair}_"))
+               for pair in ("contrast", "target")}}
