@@ -86,15 +86,27 @@ def gold_call(tool: str, purpose: str, **arguments: Any) -> GoldStep:
     return GoldStep(ToolCall(tool, arguments), purpose)
 
 
+# A chunk's worlds per family kept at most (`WorldCache.hold`): 4x the default 512, up to
+# ~120 MB for the largest family. Past it a stage's resets miss again (each stage resets the
+# chunk's tasks in the order they were generated: least recently used first).
+MAX_HELD_WORLDS = 2048
+
+
 class WorldCache:
     """The worlds of the last `size` task seeds, so that `reset` need not rebuild the world
     `generate_task` just built. The pipeline generates a whole chunk of tasks before rolling
-    them out, so the cache must hold a chunk's share of one family (512 worlds are a few MB to
-    ~30 MB depending on the family). Worlds are never mutated after building."""
+    them out, and every later stage resets the chunk's tasks again in the same order, so the
+    cache must hold a chunk's share of one family (512 worlds are a few MB to ~30 MB depending
+    on the family; `hold` raises the size for larger chunks). Worlds are never mutated after
+    building."""
 
     def __init__(self, build: Callable[[random.Random], Any], size: int = 512) -> None:
         self._build, self._size = build, size
         self._worlds: dict[int, Any] = {}
+
+    def hold(self, count: int) -> None:
+        """Keep at least `count` worlds (never fewer than now), at most MAX_HELD_WORLDS."""
+        self._size = max(self._size, min(count, MAX_HELD_WORLDS))
 
     def fresh(self, seed: int) -> tuple[Any, random.Random]:
         """Build the world of `seed`; also return the generator, positioned after it."""
@@ -151,6 +163,10 @@ class ToolEnvironment(Environment):
     def world_params(self, world: Any) -> dict[str, Any]:
         """Small facts about the world worth recording in `Task.params` (e.g. the schema)."""
         return {}
+
+    def hold_worlds(self, count: int) -> None:
+        """Keep the worlds of the last `count` tasks (a chunk) for their resets."""
+        self._worlds.hold(count)
 
     def tools(self) -> list[dict[str, Any]]:
         """The shared spec list of the family; callers must not mutate it."""

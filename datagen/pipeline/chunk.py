@@ -108,7 +108,9 @@ class ChunkProcessor:
         import_modules(config.env_modules)
         self.config = config
         self.source = task_source(config)
-        self.envs = EnvPool()
+        # every stage resets the chunk's tasks: their worlds are kept for it (issue 16: with
+        # chunks over ~1,500 tasks the default 512 per family missed on every reset)
+        self.envs = EnvPool(hold_worlds=config.chunk_size)
         # the LLM clients' response cache is local files (OUT/_cache): none under an
         # object-store OUT, where stages get "" for their local work directory
         work_dir = None if is_uri(out or config.out) else out or config.out

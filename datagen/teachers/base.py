@@ -20,17 +20,24 @@ class EnvPool:
     """One environment instance per family, created on first use and reused across tasks
     (each rollout calls `reset`). Concurrent teachers ask for `fresh` instances instead."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold_worlds: int = 0) -> None:
+        """`hold_worlds`: tasks generated before their resets (a chunk); environments that
+        cache task worlds (`hold_worlds`) keep that many, so no stage rebuilds them."""
         self._envs: dict[str, Environment] = {}
+        self.hold_worlds = hold_worlds
 
     def get(self, name: str) -> Environment:
         env = self._envs.get(name)
         if env is None:
-            env = self._envs[name] = make_env(name)
+            env = self._envs[name] = self.fresh(name)
         return env
 
     def fresh(self, name: str) -> Environment:
-        return make_env(name)
+        env = make_env(name)
+        hold = getattr(env, "hold_worlds", None)
+        if self.hold_worlds and callable(hold):
+            hold(self.hold_worlds)
+        return env
 
 
 class Teacher(ABC):
