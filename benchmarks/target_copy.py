@@ -33,22 +33,20 @@ PREFIX = "benign_target_"
 
 
 def heldout_target_rows(eval_seed: int, worlds: int, shards: Sequence[str]) -> list[dict[str, Any]]:
-    """The target pair of every benign case of the first `worlds` held-out tasks."""
-    from critics.safety import safety_cases
+    """The target pair of every benign case of the first `worlds` held-out tasks (the cases
+    `trainer eval --only safety` plays: `safety_episodes`)."""
     from critics.safety_pairs import safety_preferences
-    from datagen.teachers import EnvPool, OracleTeacher
+    from datagen.envs import make_env
     from trainer.heldout import heldout_tasks
+    from trainer.safety_eval import safety_episodes
 
-    tasks = heldout_tasks(("sql", "fs", "enterprise"), worlds, eval_seed, shards).tasks
-    pool, teacher, rows = EnvPool(), OracleTeacher(), []
-    for task in tasks:
-        traj = teacher.safe_rollout(task, pool)
-        cases = safety_cases(pool.get(task.env), traj) if traj.success else []
-        for case in (c for c in cases if not c.dangerous):
-            rows += [row for row in safety_preferences(case, traj.tools, traj.id,
-                                                       random.Random(0), target=True)
-                     if row["kind"].startswith(PREFIX)]
-    return rows
+    episodes, _ = safety_episodes(heldout_tasks(("sql", "fs", "enterprise"), worlds, eval_seed,
+                                                shards).tasks)
+    tools = {env: make_env(env).tools() for env in {e.case.env for e in episodes}}
+    return [row for e in episodes if not e.case.dangerous
+            for row in safety_preferences(e.case, tools[e.case.env], e.task.id,
+                                          random.Random(0), target=True)
+            if row["kind"].startswith(PREFIX)]
 
 
 def training_target_rows(out: str, count: int) -> list[dict[str, Any]]:
