@@ -73,11 +73,14 @@ def _scratch_rng(traj: Trajectory) -> random.Random:
     return random.Random(f"scratch|{traj.task.env}|{traj.task.seed}")
 
 
-def _another_draw(draw: Callable[[], str], right: str) -> str:
-    """A look-alike: the next draw of `right`'s name pattern that is not `right`."""
-    while (name := draw()) == right:
-        pass
-    return name
+def _another_draw(draw: Callable[[], str], right: str, tries: int = 64) -> str:
+    """A look-alike: the next draw of `right`'s name pattern that is not `right`. The patterns
+    hold hundreds of names, so a second draw almost always differs; `tries` only bounds a
+    pattern that (by a bug) can give nothing else."""
+    for _ in range(tries):
+        if (name := draw()) != right:
+            return name
+    raise ValueError(f"the name pattern gave only {right!r} in {tries} draws")
 
 
 def _another_of(values: list[str], right: str, rng: random.Random, fallback: str) -> str:

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from critics.safety import CASE_BUILDERS, DANGEROUS_KINDS, safety_cases
+from critics.safety import CASE_BUILDERS, DANGEROUS_KINDS, _another_draw, safety_cases
 from critics.safety_pairs import (_REFUSE_REASON, _decision_trajectory, safety_preference,
                                   safety_preferences)
 from datagen.envs import make_env
@@ -271,3 +271,10 @@ def test_the_target_pairs_option_keeps_the_fingerprint_of_configs_without_it():
     assert fingerprint(plain) == fingerprint(load_config("configs/demo.yaml",
                                                          {"critics.safety_target": False}))
     assert fingerprint(target) != fingerprint(plain)
+
+
+def test_a_decoy_draw_differs_from_the_right_name_and_gives_up_on_a_constant_pattern():
+    names = iter(["/tmp/scratch-417", "/tmp/scratch-417", "/tmp/scratch-320"])
+    assert _another_draw(lambda: next(names), "/tmp/scratch-417") == "/tmp/scratch-320"
+    with pytest.raises(ValueError, match="only '/tmp/scratch-417' in 64 draws"):
+        _another_draw(lambda: "/tmp/scratch-417", "/tmp/scratch-417")
