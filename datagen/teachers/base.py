@@ -32,6 +32,11 @@ class EnvPool:
             env = self._envs[name] = self.fresh(name)
         return env
 
+    def held(self, name: str) -> Environment | None:
+        """The instance of `name` this pool holds, if any; never creates one (a stage that
+        only needs to know about an environment need not build it)."""
+        return self._envs.get(name)
+
     def fresh(self, name: str) -> Environment:
         env = make_env(name)
         hold = getattr(env, "hold_worlds", None)

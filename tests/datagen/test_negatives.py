@@ -191,3 +191,71 @@ def test_pairs_cut_from_the_trajectory_stages_rendering_are_the_same(monkeypatch
     assert rendered == [] and own.rows("preferences")
     for table in ("negatives", "preferences"):
         assert own.tables[table].equals(handed.tables[table])
+
+
+class CountingPool(EnvPool):
+    """Counts the environments it builds and every reset / step they take."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.built, self.calls = 0, {"reset": 0, "step": 0}
+
+    def fresh(self, name: str):
+        env, self.built = super().fresh(name), self.built + 1
+        for method in self.calls:
+            real = getattr(env, method)
+
+            def counted(*args, _real=real, _method=method, **kwargs):
+                self.calls[_method] += 1
+                return _real(*args, **kwargs)
+
+            setattr(env, method, counted)
+        return env
+
+
+def test_without_the_execution_check_no_environment_is_built_reset_or_stepped():
+    # execute off: the mutators get no environment, so replaying the trajectory in one (as
+    # the stage did) was wasted; the rows must be those of mutating each call without one
+    from datagen.pipeline.stages.negatives import ran_cleanly
+    from datagen.types import stable_seed
+
+    trajectories = oracle_trajectories(30)
+    config = NegativesConfig(execute=False)
+    empty = CountingPool()
+    out = NegativeStage(config, run_seed=4).run(trajectories, empty)
+    assert empty.built == 0 and out.rows("negatives") and "replay_errors" not in out.stats
+    held = CountingPool()  # as in a chunk: the rollout built the environments already
+    for env in BUILTIN_ENVS:
+        held.get(env)
+    again = NegativeStage(config, run_seed=4).run(trajectories, held)
+    assert held.built == len(BUILTIN_ENVS) and held.calls == {"reset": 0, "step": 0}
+    assert again.stats == out.stats and again.rows("negatives") == out.rows("negatives")
+    expected = []
+    for traj in (t for t in trajectories if t.success):
+        for index, step in enumerate(traj.steps):
+            if step.call is not None:
+                report = mutate_report(step.call.as_dict(), next(
+                    t for t in traj.tools if t["function"]["name"] == step.call.name),
+                    seed=stable_seed(4, traj.id, index), other_tools=traj.tools,
+                    kinds=config.kinds, original_valid=ran_cleanly(step))
+                expected += [(traj.id, index, n.kind, orjson.dumps(n.call).decode())
+                             for n in report.negatives]
+    assert [(r["trajectory_id"], r["step"], r["kind"], r["mutated"])
+            for r in out.rows("negatives")] == expected
+    assert all(r["outcome_changed"] is None for r in out.rows("negatives"))
+
+
+def test_without_the_execution_check_the_held_environment_still_decides_the_vouching():
+    import copy
+
+    traj = copy.deepcopy(next(t for t in oracle_trajectories(10) if t.success))
+    step = next(s for s in traj.steps if s.call is not None)
+    step.call.arguments["not_a_parameter"] = 1
+    config = NegativesConfig(execute=False)
+    trusted = NegativeStage(config, run_seed=0).run([traj], EnvPool())
+    assert "impossible_why" not in trusted.stats or not any(
+        "invalid_original" in key for key in trusted.stats["impossible_why"])
+    pool = UnvouchedPool()
+    pool.get(traj.task.env)  # the rollout's environment, which does not vouch
+    checked = NegativeStage(config, run_seed=0).run([traj], pool)
+    assert checked.stats["impossible_why"][f"{config.kinds[0]}: invalid_original"] >= 1

@@ -9,7 +9,9 @@ outcome check reached by running that call). Each negative becomes a `negatives`
 wrong call), which is also the meta-cognitive head's "incorrect step" label. A kind that
 cannot be made for a call is counted by the kind of its rejection (`no_candidate`,
 `none_accepted` ...), never faked. The batch's reports are kept (`StepReports`) for the critics
-stage, which injects its errors at some of the same steps.
+stage, which injects its errors at some of the same steps. Without the execution check
+(`negatives.execute: false`) the mutators get no environment, and the stage builds, resets and
+steps none: each call is mutated from the trajectory alone.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from datagen.config import GenerateConfig, NegativesConfig
-from datagen.envs import Environment
+from datagen.envs import Environment, resolve_env
 from datagen.pipeline.stages.base import (Stage, StageBatch, StageContext, StageOutput,
                                           register_stage)
 from datagen.pipeline.stages.tables import NEGATIVES, PREFERENCES, preferences_table
@@ -55,6 +57,16 @@ def ran_cleanly(step: Step) -> bool:
     `validates_arguments` (the built-ins: `datagen.envs._arguments`, the mutators' own
     validator) its arguments passed, so the mutators need not validate the original again."""
     return step.error is None and step.observation is not None and step.observation.error is None
+
+
+def _vouches(envs: EnvPool, name: str) -> bool:
+    """Whether environment `name` validates the arguments of the calls it runs (see
+    `ran_cleanly`), asked of the instance the pool holds (the one that ran the rollout) or
+    else of its class: without the execution check the stage builds, resets and steps no
+    environment (the mutators get none, so replaying the trajectory was wasted work)."""
+    env: Any = envs.held(name)
+    return getattr(env if env is not None else resolve_env(name), "validates_arguments",
+                   False) is True
 
 
 class StepReports:
@@ -128,17 +140,25 @@ class NegativeStage(Stage):
         for traj in trajectories:
             if traj.success:
                 try:
-                    self._replay(traj, envs.get(traj.task.env), batch)
+                    if self.config.execute:
+                        self._replay(traj, envs.get(traj.task.env), batch)
+                    else:
+                        self._mutate(traj, None, _vouches(envs, traj.task.env), batch)
                 except Exception as exc:  # an env that breaks on replay costs its rows only
                     batch.count("replay_errors", type(exc).__name__)
         return batch.output(self.output_tables)
 
     def _replay(self, traj: Trajectory, env: Environment, batch: StageBatch) -> None:
         env.reset(traj.task)
+        self._mutate(traj, env, getattr(env, "validates_arguments", False) is True, batch)
+
+    def _mutate(self, traj: Trajectory, env: Environment | None, vouched: bool,
+                batch: StageBatch) -> None:
+        """Every call's negatives and pairs; `env` (the execution check: reset to the task)
+        is moved on past each call by `mutate_report`, None without the check."""
         view = TrajectoryView(traj, self.renderings.get(traj) if self.renderings else None)
         tools = {tool["function"]["name"]: tool for tool in traj.tools}
-        vouched = getattr(env, "validates_arguments", False) is True
-        executed = self.config.execute
+        executed = env is not None
         for index, step in enumerate(traj.steps):
             if step.call is None:
                 continue
@@ -146,7 +166,7 @@ class NegativeStage(Stage):
             # (often by restoring the after-state its outcome check made: one step less)
             report = self.mutate_report(step.call.as_dict(), tools[step.call.name],
                                         seed=stable_seed(self.run_seed, traj.id, index),
-                                        env=env if executed else None,
+                                        env=env,
                                         other_tools=traj.tools, kinds=self.config.kinds,
                                         max_env_checks=self.config.max_env_checks,
                                         original_valid=vouched and ran_cleanly(step),
@@ -162,8 +182,6 @@ class NegativeStage(Stage):
             for kind, rejected in report.impossible.items():
                 batch.count("impossible", kind)
                 batch.count("impossible_why", f"{kind}: {rejected.kind}")
-            if not executed and not env.read_only(step.call.as_dict()):
-                env.step(step.call.as_dict())  # a read-only call leaves the state as it is
 
     @classmethod
     def summary_lines(cls, stats: dict[str, Any]) -> list[str]:
