@@ -27,7 +27,8 @@ text the model sees before the turn (a string of >= 3 characters, as is or JSON-
 number by its JSON text, not inside a longer number) is copyable; it is copied when the
 generated call has the same value at the same key path. A miss is `other_context_value` (the
 generated value occurs in the context too, outside the gold value: it copied the wrong thing),
-`invented` (it does not), `missing_key` (no value at that path) or `unparsed` (the turn is not a call).
+`invented` (it does not), `missing_key` (no value at that path) or `unparsed` (the turn is
+not a call).
 """
 
 from __future__ import annotations

@@ -76,8 +76,8 @@ def test_copy_rate_and_its_misses_on_a_hand_built_example():
     from datagen.types import ToolCall
 
     context = ('<|im_start|>user\nDelete /tmp/scratch-417 from orders, limit 25; /tmp/scratch-320 '
-               'stays.<|im_end|>\n<|im_start|>user\n<tool_response>\n{"id":482,"msg":"say \\"hi\\""}'
-               '\n</tool_response><|im_end|>\n<|im_start|>assistant\n')
+               'stays.<|im_end|>\n<|im_start|>user\n<tool_response>\n'
+               '{"id":482,"msg":"say \\"hi\\""}\n</tool_response><|im_end|>\n<|im_start|>assistant\n')
     gold = ToolCall("delete", {"path": "/tmp/scratch-417", "limit": 25, "mode": "rm", "force": True,
                                "filters": {"id": 482, "tags": ["orders"], "note": "later text"},
                                "message": 'say "hi"'})
