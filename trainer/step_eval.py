@@ -21,11 +21,20 @@ with datagen's parser into the gold call: same name, same arguments with JSON ty
 against the tool it names); `mch.auroc` of gold vs negatives, overall and per negative kind.
 A generated turn that does not close within its budget, does not parse or is a final answer
 counts as a miss for all three.
+
+Copying (`copy_rate`): every leaf of a gold call's arguments whose value occurs verbatim in the
+text the model sees before the turn (a string of >= 3 characters, as is or JSON-escaped; a
+number by its JSON text, not inside a longer number) is copyable; it is copied when the
+generated call has the same value at the same key path. A miss is `other_context_value` (the
+generated value occurs in the context too, outside the gold value: it copied the wrong thing),
+`invented` (it does not), `missing_key` (no value at that path) or `unparsed` (the turn is
+not a call).
 """
 
 from __future__ import annotations
 
 import bisect
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
@@ -50,6 +59,7 @@ class CallStep:
     act_start: int       # first token of the step's ACT span
     score_at: int        # last token of that ACT run (where the MCH reads, as in training)
     call: "ToolCall"
+    context_chars: int   # characters of GoldExample.text before the turn (what the model sees)
 
 
 @dataclass
@@ -70,6 +80,7 @@ class GoldExample:
     span_ids: np.ndarray
     calls: list[CallStep]
     negatives: list[NegativeCall] = field(default_factory=list)
+    text: str = ""       # the rendered trajectory (the copy metric reads its context)
 
 
 @dataclass
@@ -163,8 +174,10 @@ def gold_example(traj: "Trajectory", tokenizer: "TextTokenizer", env: Any = None
         if prompt_len is None or act_start is None:
             skipped["call_step_boundary_inside_a_token"] += 1
             continue
-        calls.append(CallStep(step, prompt_len, act_start, score_at, traj.steps[step].call))
-    example = GoldExample(traj.task.env, traj.task.id, traj.tools, ids, span_ids, calls)
+        calls.append(CallStep(step, prompt_len, act_start, score_at, traj.steps[step].call,
+                              turn_start))
+    example = GoldExample(traj.task.env, traj.task.id, traj.tools, ids, span_ids, calls,
+                          text=text)
     if env is not None and calls:
         example.negatives = _negatives(traj, env, calls, text, spans, tokenizer)
     return example
@@ -199,20 +212,125 @@ def same_json(left: Any, right: Any) -> bool:
     return type(left) is type(right) and left == right
 
 
+def parsed_call(turn: GeneratedTurn) -> "ToolCall | None":
+    """The call of a generated turn; None when it is cut off, does not parse or answers."""
+    from datagen.chat import parse_assistant
+
+    parsed = parse_assistant(turn.text) if turn.closed else None
+    return parsed.call if parsed is not None and parsed.error is None else None
+
+
 def judge_call(turn: GeneratedTurn, gold: "ToolCall", tools: list[dict[str, Any]],
                ) -> tuple[bool, bool, bool]:
     """(exact match, right tool, schema-valid) of a generated turn against the gold call."""
-    from datagen.chat import parse_assistant
     from mutators import validate
 
-    parsed = parse_assistant(turn.text) if turn.closed else None
-    call = parsed.call if parsed is not None and parsed.error is None else None
+    call = parsed_call(turn)
     if call is None:
         return False, False, False
     tool = next((t for t in tools if t["function"]["name"] == call.name), None)
     valid = tool is not None and not validate(call.as_dict(), tool)
     right_tool = call.name == gold.name
     return right_tool and same_json(call.arguments, gold.arguments), right_tool, valid
+
+
+def leaves(value: Any, path: tuple = ()) -> list[tuple[tuple, Any]]:
+    """(key path, value) of every leaf of a JSON value (dict keys and list indices)."""
+    if isinstance(value, dict):
+        return [leaf for key, item in value.items() for leaf in leaves(item, path + (key,))]
+    if isinstance(value, list):
+        return [leaf for index, item in enumerate(value) for leaf in leaves(item, path + (index,))]
+    return [(path, value)]
+
+
+def value_at(value: Any, path: tuple) -> tuple[bool, Any]:
+    """(found, value) at a key path; a list index only reads a list, a key only a dict."""
+    for key in path:
+        if isinstance(key, int) and isinstance(value, list) and key < len(value):
+            value = value[key]
+        elif isinstance(key, str) and isinstance(value, dict) and key in value:
+            value = value[key]
+        else:
+            return False, None
+    return True, value
+
+
+def value_kind(value: Any) -> str | None:
+    """`numeric` or `text` for a value that can be copied from text; None for the rest
+    (booleans, null, strings under 3 characters: they occur anywhere, copying means nothing)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "numeric"
+    if isinstance(value, str) and len(value) >= 3:
+        return "text"
+    return None
+
+
+def occurs_in(value: Any, context: str) -> bool:
+    """Whether a copyable value occurs verbatim in the context: a string as is or as JSON
+    writes it inside quotes (observations are JSON), a number by its JSON text but not inside
+    a longer number (17 is not in 417 or 1.17)."""
+    import orjson
+
+    kind = value_kind(value)
+    if kind == "text":
+        return value in context or orjson.dumps(value).decode()[1:-1] in context
+    if kind == "numeric":
+        number = re.escape(orjson.dumps(value).decode())
+        return re.search(rf"(?<![\d.]){number}(?!\.?\d)", context) is not None
+    return False
+
+
+def copy_outcomes(call: "ToolCall | None", gold: "ToolCall", context: str,
+                  ) -> list[tuple[str, str]]:
+    """(value kind, outcome) per copyable gold argument leaf: `copied`, `other_context_value`,
+    `invented`, `missing_key` or `unparsed` (see the module docstring)."""
+    out = []
+    for path, value in leaves(gold.arguments):
+        kind = value_kind(value)
+        if kind is None or not occurs_in(value, context):
+            continue
+        found, generated = value_at(call.arguments, path) if call is not None else (False, None)
+        if call is None:
+            outcome = "unparsed"
+        elif not found:
+            outcome = "missing_key"
+        elif same_json(generated, value):
+            outcome = "copied"
+        else:
+            elsewhere = occurs_in(generated, _without(context, value))
+            outcome = "other_context_value" if elsewhere else "invented"
+        out.append((kind, outcome))
+    return out
+
+
+def _without(context: str, value: Any) -> str:
+    """The context with a text value's occurrences cut out: a piece of the right name (cut
+    off early) is not another value of the context."""
+    import orjson
+
+    if value_kind(value) != "text":
+        return context
+    return context.replace(value, "\0").replace(orjson.dumps(value).decode()[1:-1], "\0")
+
+
+COPY_MISSES = ("other_context_value", "invented", "missing_key", "unparsed")
+
+
+def copy_metrics(counts: Counter) -> dict[str, Any]:
+    """Rates from (kind, outcome) counts: overall and per kind; misses as shares of misses."""
+    def rate(kinds: tuple[str, ...]) -> float | None:
+        total = sum(n for (kind, _), n in counts.items() if kind in kinds)
+        return sum(counts[(kind, "copied")] for kind in kinds) / total if total else None
+
+    misses: Counter = Counter()
+    for (_, outcome), n in counts.items():
+        misses[outcome] += n if outcome != "copied" else 0
+    missed = sum(misses.values())
+    shares = {o: misses[o] / missed if missed else None for o in COPY_MISSES}
+    return {"copy_rate": rate(("numeric", "text")), "copy_rate_numeric": rate(("numeric",)),
+            "copy_rate_text": rate(("text",)), "copyable_arguments": sum(counts.values()),
+            "copyable_numeric": sum(n for (kind, _), n in counts.items() if kind == "numeric"),
+            "copy_misses": {"count": missed, **shares}}
 
 
 def auroc(positives: Sequence[float], negatives: Sequence[float]) -> float | None:
@@ -232,6 +350,7 @@ class _Tally:
     def __init__(self) -> None:
         self.counts: Counter = Counter()
         self.sums: defaultdict[str, float] = defaultdict(float)
+        self.copies: Counter = Counter()   # (value kind, outcome) of copyable gold arguments
 
     def add(self, example: GoldExample, scores: ExampleScores) -> None:
         self.counts.update(trajectories=1, reason_tokens=len(scores.reason_logprobs),
@@ -242,6 +361,8 @@ class _Tally:
             exact, right_tool, valid = judge_call(turn, call.call, example.tools)
             self.counts.update(call_steps=1, exact=exact, right_tool=right_tool, valid=valid,
                                closed_turns=turn.closed)
+            context = example.text[:call.context_chars]
+            self.copies.update(copy_outcomes(parsed_call(turn), call.call, context))
 
     def metrics(self) -> dict[str, Any]:
         c, calls = self.counts, max(self.counts["call_steps"], 1)
@@ -252,7 +373,7 @@ class _Tally:
                 "next_call_exact_match": c["exact"] / calls,
                 "right_tool_rate": c["right_tool"] / calls,
                 "schema_valid_rate": c["valid"] / calls,
-                "closed_turn_rate": c["closed_turns"] / calls,
+                "closed_turn_rate": c["closed_turns"] / calls, **copy_metrics(self.copies),
                 "reason_tokens": c["reason_tokens"], "act_tokens": c["act_tokens"]}
 
 

@@ -47,6 +47,8 @@ def test_one_report_with_step_level_episode_and_irr_metrics(checkpoint, pipeline
     steps = report["step_level"]
     assert steps["trajectories"] == 2 and steps["call_steps"] > 2 and steps["act_tokens"] > 0
     assert steps["next_call_exact_match"] == 0.0  # 6 random tokens are never the gold call
+    assert steps["copyable_arguments"] > 0 and steps["copy_rate"] == 0.0  # nor a parsed call
+    assert steps["copy_misses"]["unparsed"] == 1.0
     assert steps["reason_ce"] > 5 and set(steps["per_env"]) == {"sql", "fs"}
     assert steps["mch"]["negatives"] > 0 and 0 <= steps["mch"]["auroc"] <= 1
     episodes = report["episodes"]

@@ -16,8 +16,9 @@ from datagen.types import ToolCall
 from mutators import KINDS, validate
 from tests.trainer.helpers import tiny_model
 from trainer.heldout import heldout_tasks
-from trainer.step_eval import (ACT, REASON, ExampleScores, GeneratedTurn, auroc, gold_examples,
-                               same_json, step_metrics)
+from trainer.step_eval import (ACT, REASON, CallStep, ExampleScores, GeneratedTurn, GoldExample,
+                               auroc, copy_outcomes, gold_examples, occurs_in, same_json,
+                               step_metrics)
 from trainer.tokens import load_tokenizer, special_ids
 
 
@@ -56,6 +57,55 @@ def test_auroc_and_typed_json_equality():
     assert auroc([0.5, 0.7], [0.5, 0.1]) == 0.875 and auroc([0.5], []) is None
     assert same_json({"a": [1, 2.0]}, {"a": [1.0, 2]}) and not same_json({"a": 1}, {"a": True})
     assert not same_json({"a": "1"}, {"a": 1}) and not same_json({"a": 1}, {"a": 1, "b": 2})
+
+
+def test_values_occur_verbatim_numbers_not_inside_longer_numbers():
+    context = 'Delete /tmp/scratch-417 (not 1.25); {"note":"say \\"hi\\"","n":-3}. Rows: 25.'
+    assert occurs_in("/tmp/scratch-417", context) and occurs_in('say "hi"', context)
+    assert occurs_in(417, context) and occurs_in(25, context) and occurs_in(-3, context)
+    assert not occurs_in(41, context) and not occurs_in(1, context) and not occurs_in(5, context)
+    assert not occurs_in(2.5, context) and not occurs_in(25.0, context)  # JSON text "25.0"
+    assert not occurs_in("no", context) and not occurs_in(True, context)  # not copyable
+    assert not occurs_in("/tmp/scratch-320", context)
+
+
+def test_copy_rate_and_its_misses_on_a_hand_built_example():
+    """Three generated turns for one gold call with five copyable leaves (2 numbers, 3 texts;
+    one only JSON-escaped in the context); a short string, a boolean and values that appear
+    only after the turn are not copyable."""
+    from datagen.types import ToolCall
+
+    context = ('<|im_start|>user\nDelete /tmp/scratch-417 from orders, limit 25; /tmp/scratch-320 '
+               'stays.<|im_end|>\n<|im_start|>user\n<tool_response>\n'
+               '{"id":482,"msg":"say \\"hi\\""}\n</tool_response><|im_end|>\n<|im_start|>assistant\n')
+    gold = ToolCall("delete", {"path": "/tmp/scratch-417", "limit": 25, "mode": "rm", "force": True,
+                               "filters": {"id": 482, "tags": ["orders"], "note": "later text"},
+                               "message": 'say "hi"'})
+    later = "I will call it.\n" + render_call(gold) + "<|im_end|>\nlater text"
+    turns = [  # (generated arguments or None: a cut-off turn)
+        {"path": "/tmp/scratch-320", "limit": 25, "filters": {"id": 999}, "message": 'say "hi"'},
+        None,
+        {"path": "/tmp/scratch-4", "limit": 2, "filters": {"id": 482, "tags": ["orders"]},
+         "message": "say hi"}]
+    calls = [CallStep(i, 0, 0, 0, gold, len(context)) for i in range(3)]
+    example = GoldExample("fs", "t", [], [0], np.zeros(1, dtype=np.int64), calls,
+                          text=context + later)
+    generated = [GeneratedTurn("cut", False) if args is None else
+                 GeneratedTurn("Go.\n" + render_call(ToolCall("delete", args)), True)
+                 for args in turns]
+    scores = ExampleScores(np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool), generated)
+    metrics = step_metrics([example], [scores])
+    assert metrics["copyable_arguments"] == 15 and metrics["copyable_numeric"] == 6
+    assert metrics["copy_rate"] == pytest.approx(4 / 15)
+    assert metrics["copy_rate_numeric"] == pytest.approx(2 / 6)  # limit in turn 0, id in turn 2
+    assert metrics["copy_rate_text"] == pytest.approx(2 / 9)     # message in 0, tags in 2
+    # turn 0: the other scratch path of the request (1), id 999 invented, tags missing; turn 1:
+    # 5 unparsed; turn 2: a cut-off path, 2 (not in 25) and "say hi" invented
+    assert metrics["copy_misses"] == {"count": 11, "other_context_value": pytest.approx(1 / 11),
+                                      "invented": pytest.approx(4 / 11),
+                                      "missing_key": pytest.approx(1 / 11),
+                                      "unparsed": pytest.approx(5 / 11)}
+    assert metrics["per_env"]["fs"]["copy_rate"] == metrics["copy_rate"]
 
 
 class FakeStepScorer:
@@ -125,6 +175,15 @@ def test_step_metrics_have_the_known_answers_of_a_scripted_fake_model(examples):
     assert mch["per_kind"]["logical_error"]["auroc"] == 0.0
     assert mch["per_kind"]["type_error"]["auroc"] == 1.0
     assert mch["auroc"] == pytest.approx(1 - kinds.count("logical_error") / len(kinds))
+    # every parsed turn keeps the gold arguments (extra key and unknown tool too): only the
+    # cut-off turns miss, as unparsed
+    copyable = [len(copy_outcomes(c.call, c.call, e.text[:c.context_chars]))
+                for e in examples for c in e.calls]
+    missed = sum(n for n, mode in zip(copyable, modes) if mode == "cut_off")
+    assert metrics["copyable_arguments"] == sum(copyable) > missed > 0
+    assert metrics["copy_rate"] == pytest.approx(1 - missed / sum(copyable))
+    assert metrics["copy_misses"] == {"count": missed, "other_context_value": 0.0,
+                                      "invented": 0.0, "missing_key": 0.0, "unparsed": 1.0}
 
 
 def _full_forward(model, ids, spans, mch_at=None):
