@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 STEP_KEYS = ("next_call_exact_match", "right_tool_rate", "schema_valid_rate",
-             "closed_turn_rate", "act_ce", "reason_ce", "act_token_accuracy")
+             "closed_turn_rate", "copy_rate", "act_ce", "reason_ce", "act_token_accuracy")
 
 
 @lru_cache(maxsize=8)

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from trainer.eval import EvalConfig
 
 STEP_METRICS = ("next_call_exact_match", "act_token_accuracy", "right_tool_rate",
-                "schema_valid_rate", "reason_ce", "act_ce")
+                "schema_valid_rate", "copy_rate", "reason_ce", "act_ce")
 
 
 def eval_config(section: EvalSection, checkpoint: str, training_roots: list[str]) -> "EvalConfig":

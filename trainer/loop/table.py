@@ -15,6 +15,7 @@ COLUMNS = (  # (header, key in the row, format)
     ("syntax err", "syntax_error_rate", "{:.3f}"),
     ("call exact", "next_call_exact_match", "{:.3f}"),
     ("ACT acc", "act_token_accuracy", "{:.3f}"), ("schema valid", "schema_valid_rate", "{:.3f}"),
+    ("copy", "copy_rate", "{:.3f}"),
     ("ACT CE", "act_ce", "{:.3f}"), ("IRR", "irr", "{:.3f}"), ("IRR n", "irr_n", "{}"),
     ("rollouts", "rollouts", "{}"), ("rollout success", "rollout_success_rate", "{:.3f}"),
     ("repairs", "repairs", "{}"), ("replay", "replay_rows", "{}"),
