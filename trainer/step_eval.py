@@ -220,12 +220,12 @@ def parsed_call(turn: GeneratedTurn) -> "ToolCall | None":
     return parsed.call if parsed is not None and parsed.error is None else None
 
 
-def judge_call(turn: GeneratedTurn, gold: "ToolCall", tools: list[dict[str, Any]],
+def judge_call(call: "ToolCall | None", gold: "ToolCall", tools: list[dict[str, Any]],
                ) -> tuple[bool, bool, bool]:
-    """(exact match, right tool, schema-valid) of a generated turn against the gold call."""
+    """(exact match, right tool, schema-valid) of a generated turn's call (`parsed_call`;
+    None: a miss for all three) against the gold call."""
     from mutators import validate
 
-    call = parsed_call(turn)
     if call is None:
         return False, False, False
     tool = next((t for t in tools if t["function"]["name"] == call.name), None)
@@ -358,11 +358,12 @@ class _Tally:
         self.sums["reason_nll"] -= float(scores.reason_logprobs.sum())
         self.sums["act_nll"] -= float(scores.act_logprobs.sum())
         for call, turn in zip(example.calls, scores.turns):
-            exact, right_tool, valid = judge_call(turn, call.call, example.tools)
+            generated = parsed_call(turn)  # parsed once: judged and checked for copies
+            exact, right_tool, valid = judge_call(generated, call.call, example.tools)
             self.counts.update(call_steps=1, exact=exact, right_tool=right_tool, valid=valid,
                                closed_turns=turn.closed)
             context = example.text[:call.context_chars]
-            self.copies.update(copy_outcomes(parsed_call(turn), call.call, context))
+            self.copies.update(copy_outcomes(generated, call.call, context))
 
     def metrics(self) -> dict[str, Any]:
         c, calls = self.counts, max(self.counts["call_steps"], 1)
