@@ -21,7 +21,17 @@ def chat_template() -> str:
     return TEMPLATE_PATH.read_text()
 
 
-PRETOKENIZERS = ("words", "lines", "lines_digits")
+PRETOKENIZERS = ("words", "lines", "lines_digits", "values")
+
+# `values`: what an argument value is made of (paths, ids, names, numbers, file names). A run
+# of these characters is one pre-token, so a value is cut into the same tokens wherever it
+# stands: a run never ends in a dot (the full stop after `ops.md.` is not part of the name).
+_VALUE_CHARS = r"A-Za-z0-9_./~@+\-"
+_VALUE_RUN = rf"[{_VALUE_CHARS}]*[A-Za-z0-9_/~@+\-]"
+# A tool spec line of the Qwen2.5 template's system prompt, the same in every task: kept whole
+# (as `lines` does), so the specs stay a few tokens each.
+_TOOL_SPEC_LINE = r'\{"type": "function"[^\n]*'
+_VALUES_PATTERN = rf"{_TOOL_SPEC_LINE}|\n|{_VALUE_RUN}|[^{_VALUE_CHARS}\s]+| +"
 
 
 def _pre_tokenizer(name: str):
@@ -30,7 +40,12 @@ def _pre_tokenizer(name: str):
     `lines_digits`: `lines`, and every digit a token of its own, as Qwen2.5 splits numbers: a
     number is spelled the same way wherever it appears, so copying one from the request is
     copying digit by digit (with `lines`, "scratch-417" is `-4`,`17` and "tmp_import_512" is
-    `5`,`12`)."""
+    `5`,`12`). `values`: a value (a run of letters, digits and `_./~@+-`, not ending in a dot),
+    a run of other punctuation, a run of spaces and a newline are each a pre-token, and a tool
+    spec line is one: a value is spelled with the same tokens in the request, an
+    observation, the reasoning and the call (98% of the demo's copyable argument values,
+    against 16% with `lines`, whose merges join a value to the quote, key or word beside it:
+    `ops.m` + `d"`), at ~2.9x the tokens per trajectory."""
     from tokenizers import Regex, pre_tokenizers
 
     if name == "words":
@@ -39,6 +54,10 @@ def _pre_tokenizer(name: str):
         digits = [pre_tokenizers.Digits(individual_digits=True)] if name == "lines_digits" else []
         return pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex("\n"), behavior="isolated"), *digits,
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    if name == "values":
+        return pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(_VALUES_PATTERN), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     raise ValueError(f"unknown pre-tokenizer {name!r}; allowed: {', '.join(PRETOKENIZERS)}")
 

@@ -22,11 +22,24 @@ only the `text` column is read.
 - `lines_digits`: `lines`, and every digit a token of its own (as Qwen2.5 splits numbers),
   so a number is spelled the same way in the request and in the call that copies it
   (README, "DPO before/after, measured": the `lines` student wrote memorised names).
+- `values`: a run of value characters (letters, digits, `_./~@+-`; a path, an id, a name),
+  a run of other punctuation and a run of spaces are each bounded, tool spec lines are kept
+  whole: every argument value the call copies is spelled with the same tokens as where the
+  context has it, so a student can copy it token by token. ~1,020 tokens per demo
+  trajectory at 8k (`lines`: 354). Measured with the tiny walk-through (README, "## Trainer"):
+  it copies less than `lines` at 2,000 steps (0.07 against 0.14-0.18), so `lines` stays.
+
+The build prints tokens per trajectory and `spelled alike`: of the argument values a call
+copies from its context (string values of 3+ characters found there), the share whose tokens
+in the call start and end at the value's edges and occur in that order in the context
+(demo, 8k: `lines` 0.16, `values` 0.98).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -36,6 +49,9 @@ import pyarrow.dataset as pads
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 
 from datagen.tokenizer import PRETOKENIZERS, build_bpe_tokenizer  # noqa: E402
+
+CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
+CONVERSATION_START = "<|im_start|>user"  # values are looked for after the system prompt
 
 
 def shard_texts(shards: str | Path, max_texts: int | None = None) -> list[str]:
@@ -53,6 +69,58 @@ def shard_texts(shards: str | Path, max_texts: int | None = None) -> list[str]:
 
 
 
+def _string_leaves(value):
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _string_leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _string_leaves(item)
+    elif isinstance(value, str):
+        yield value
+
+
+def _contains(haystack: list[int], needle: list[int]) -> bool:
+    size = len(needle)
+    return any(haystack[i:i + size] == needle for i in range(len(haystack) - size + 1))
+
+
+def copied_values(text: str):
+    """(value, its start in the call, the call's start) for each string argument value of 3+
+    characters that a call of `text` repeats from the conversation before it."""
+    conversation = max(text.find(CONVERSATION_START), 0)
+    for match in CALL.finditer(text):
+        try:
+            call = json.loads(match.group(1))
+        except ValueError:
+            continue
+        arguments = call.get("arguments") if isinstance(call, dict) else None
+        for value in _string_leaves(arguments or {}):
+            written = json.dumps(value, ensure_ascii=False)[1:-1]
+            at = text.find(written, match.start(1), match.end(1))
+            if len(value) >= 3 and written == value and at >= 0 and \
+                    value in text[conversation:match.start()]:
+                yield value, at, match.start()
+
+
+def spelling_report(tokenizer, texts: list[str]) -> dict[str, float]:
+    """Tokens per text, and the share of copied argument values spelled alike: the call's
+    tokens over the value start and end at its edges and occur in the context before it."""
+    copied = alike = tokens = 0
+    for text in texts:
+        encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = encoding["input_ids"], encoding["offset_mapping"]
+        tokens += len(ids)
+        for value, start, call_start in copied_values(text):
+            end = start + len(value)
+            inside = [i for i, (a, b) in enumerate(offsets) if a < end and b > start]
+            context = [token for token, (a, _) in zip(ids, offsets) if a < call_start]
+            copied += 1
+            alike += (offsets[inside[0]][0] == start and offsets[inside[-1]][1] == end and
+                      _contains(context, [ids[i] for i in inside]))
+    return {"tokens_per_text": tokens / max(len(texts), 1), "copied_values": copied,
+            "spelled_alike": alike / copied if copied else float("nan")}
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -62,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pretokenizer", choices=PRETOKENIZERS, default="words",
                         help="words: merges stop at spaces and punctuation (GPT-2 regex); "
                              "lines: only at newlines (much shorter sequences; see above); "
-                             "lines_digits: lines, and every digit alone")
+                             "lines_digits: lines, and every digit alone; values: a value's "
+                             "characters are bounded from everything around them")
     parser.add_argument("--max-texts", type=int, default=None,
                         help="train on at most this many trajectories (default: all)")
     args = parser.parse_args(argv)
@@ -73,8 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     tokenizer = build_bpe_tokenizer(texts, vocab_size=args.vocab_size, out_dir=args.out,
                                     pretokenizer=args.pretokenizer)
+    report = spelling_report(tokenizer, texts[:500])
     print(f"tokenizer with {len(tokenizer)} tokens from {len(texts)} trajectories "
-          f"-> {args.out} ({time.perf_counter() - started:.1f}s)")
+          f"-> {args.out} ({time.perf_counter() - started:.1f}s); on {min(len(texts), 500)} of "
+          f"them: {report['tokens_per_text']:.0f} tokens per trajectory, "
+          f"{report['spelled_alike']:.2f} of {report['copied_values']} copied argument "
+          "values spelled alike in the call and its context")
     return 0
 
 

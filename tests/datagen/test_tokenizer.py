@@ -22,7 +22,7 @@ def test_every_pretokenizer_round_trips_and_keeps_newlines_apart(texts, name):
     text = texts[0]
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     assert tokenizer.decode(ids) == text
-    if name.startswith("lines"):
+    if name != "words":
         newline = "\u010a"  # "\n" in byte-level pieces
         assert all(newline not in piece or piece == newline
                    for piece in tokenizer.convert_ids_to_tokens(ids))
@@ -41,6 +41,44 @@ def test_lines_merges_across_digits_which_lines_digits_does_not(texts):
     pieces = lines.tokenize('{"path": "/tmp/scratch-317"}')
     assert any(sum(c.isdigit() for c in piece) > 1 or
                (any(c.isdigit() for c in piece) and not piece.isdigit()) for piece in pieces)
+
+
+def test_values_spells_a_value_with_the_same_tokens_in_the_request_and_the_call(texts):
+    tokenizer = build_bpe_tokenizer(texts, vocab_size=800, pretokenizer="values")
+    for name in ("/tmp/scratch-417", "/home/oscar/notes/ops.md"):
+        request = tokenizer.tokenize(f"Remove {name}. Then stop")
+        call = tokenizer.tokenize(f'{{"path": "{name}"}}')
+        spelled = tokenizer.tokenize(name)
+        assert "".join(spelled) == name  # ASCII: a byte-level piece is the character
+        for pieces in (request, call):
+            assert any(pieces[i:i + len(spelled)] == spelled for i in range(len(pieces)))
+
+
+def test_lines_joins_a_value_to_what_stands_beside_it_which_values_does_not(texts):
+    name = "/tmp/scratch-317"
+    lines = build_bpe_tokenizer(texts, vocab_size=800, pretokenizer="lines")
+    pieces = lines.tokenize(f'{{"path": "{name}"}}')
+    assert not any(pieces[i:i + len(lines.tokenize(name))] == lines.tokenize(name)
+                   for i in range(len(pieces)))
+
+
+def test_values_keeps_a_tool_spec_line_in_few_tokens(texts):
+    spec = next(line for line in texts[0].splitlines() if line.startswith('{"type": "function"'))
+    values = build_bpe_tokenizer(texts, vocab_size=800, pretokenizer="values")
+    words = build_bpe_tokenizer(texts, vocab_size=800, pretokenizer="words")
+    assert len(values.tokenize(spec)) * 2 < len(words.tokenize(spec))  # 62 vs 146 at 800
+
+
+def test_the_spelling_report_counts_copied_values_spelled_alike(texts):
+    from scripts.build_tokenizer import spelling_report
+
+    # at 2,000 the `lines` BPE has merged values with their neighbours (0.73 spelled alike;
+    # at 800, 0.94: few merges, few joined)
+    report = {name: spelling_report(build_bpe_tokenizer(texts, vocab_size=2000, pretokenizer=name),
+                                    texts) for name in ("lines", "values")}
+    assert report["values"]["copied_values"] == report["lines"]["copied_values"] > 20
+    assert report["values"]["spelled_alike"] > 0.95 and report["lines"]["spelled_alike"] < 0.8
+    assert report["values"]["tokens_per_text"] > report["lines"]["tokens_per_text"]
 
 
 def test_an_unknown_pretokenizer_is_refused_naming_the_allowed_ones():
