@@ -68,7 +68,6 @@ def shard_texts(shards: str | Path, max_texts: int | None = None) -> list[str]:
     return texts
 
 
-
 def _string_leaves(value):
     if isinstance(value, dict):
         for item in value.values():
