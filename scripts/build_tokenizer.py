@@ -41,6 +41,7 @@ import argparse
 import json
 import re
 import sys
+from bisect import bisect_left
 import time
 from pathlib import Path
 
@@ -49,9 +50,11 @@ import pyarrow.dataset as pads
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 
 from datagen.tokenizer import PRETOKENIZERS, build_bpe_tokenizer  # noqa: E402
+from trainer.contract import IM_START, TOOL_CALL_CLOSE, TOOL_CALL_OPEN  # noqa: E402
+from trainer.step_eval import leaves, value_kind  # noqa: E402
 
-CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
-CONVERSATION_START = "<|im_start|>user"  # values are looked for after the system prompt
+CALL = re.compile(rf"{TOOL_CALL_OPEN}\n(.*?)\n{TOOL_CALL_CLOSE}", re.S)
+CONVERSATION_START = f"{IM_START}user"  # values are looked for after the system prompt
 
 
 def shard_texts(shards: str | Path, max_texts: int | None = None) -> list[str]:
@@ -66,17 +69,6 @@ def shard_texts(shards: str | Path, max_texts: int | None = None) -> list[str]:
         if max_texts is not None and len(texts) >= max_texts:
             return texts[:max_texts]
     return texts
-
-
-def _string_leaves(value):
-    if isinstance(value, dict):
-        for item in value.values():
-            yield from _string_leaves(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _string_leaves(item)
-    elif isinstance(value, str):
-        yield value
 
 
 def _contains(haystack: list[int], needle: list[int]) -> bool:
@@ -94,11 +86,12 @@ def copied_values(text: str):
         except ValueError:
             continue
         arguments = call.get("arguments") if isinstance(call, dict) else None
-        for value in _string_leaves(arguments or {}):
+        for _, value in leaves(arguments or {}):
+            if value_kind(value) != "text":  # the step eval's copyable strings
+                continue
             written = json.dumps(value, ensure_ascii=False)[1:-1]
             at = text.find(written, match.start(1), match.end(1))
-            if len(value) >= 3 and written == value and at >= 0 and \
-                    value in text[conversation:match.start()]:
+            if written == value and at >= 0 and value in text[conversation:match.start()]:
                 yield value, at, match.start()
 
 
@@ -110,10 +103,11 @@ def spelling_report(tokenizer, texts: list[str]) -> dict[str, float]:
         encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         ids, offsets = encoding["input_ids"], encoding["offset_mapping"]
         tokens += len(ids)
+        starts = [a for a, _ in offsets]  # non-decreasing
         for value, start, call_start in copied_values(text):
             end = start + len(value)
             inside = [i for i, (a, b) in enumerate(offsets) if a < end and b > start]
-            context = [token for token, (a, _) in zip(ids, offsets) if a < call_start]
+            context = ids[:bisect_left(starts, call_start)]  # the tokens before the call
             copied += 1
             alike += (offsets[inside[0]][0] == start and offsets[inside[-1]][1] == end and
                       _contains(context, [ids[i] for i in inside]))
