@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from bisect import bisect_left
 import time
@@ -53,7 +52,7 @@ from datagen.tokenizer import PRETOKENIZERS, build_bpe_tokenizer  # noqa: E402
 from trainer.contract import IM_START, TOOL_CALL_CLOSE, TOOL_CALL_OPEN  # noqa: E402
 from trainer.step_eval import leaves, value_kind  # noqa: E402
 
-CALL = re.compile(rf"{TOOL_CALL_OPEN}\n(.*?)\n{TOOL_CALL_CLOSE}", re.S)
+CALL_OPEN, CALL_CLOSE = f"{TOOL_CALL_OPEN}\n", f"\n{TOOL_CALL_CLOSE}"
 CONVERSATION_START = f"{IM_START}user"  # values are looked for after the system prompt
 
 
@@ -76,13 +75,26 @@ def _contains(haystack: list[int], needle: list[int]) -> bool:
     return any(haystack[i:i + size] == needle for i in range(len(haystack) - size + 1))
 
 
+def call_bodies(text: str):
+    """(start, end) of the JSON of each closed tool call of `text`, in order. Linear in the
+    text: after an open marker without a close nothing later can close either."""
+    at = text.find(CALL_OPEN)
+    while at >= 0:
+        body = at + len(CALL_OPEN)
+        close = text.find(CALL_CLOSE, body)
+        if close < 0:
+            return
+        yield body, close
+        at = text.find(CALL_OPEN, close + len(CALL_CLOSE))
+
+
 def copied_values(text: str):
     """(value, its start in the call, the call's start) for each string argument value of 3+
     characters that a call of `text` repeats from the conversation before it."""
     conversation = max(text.find(CONVERSATION_START), 0)
-    for match in CALL.finditer(text):
+    for body, end in call_bodies(text):
         try:
-            call = json.loads(match.group(1))
+            call = json.loads(text[body:end])
         except ValueError:
             continue
         arguments = call.get("arguments") if isinstance(call, dict) else None
@@ -90,9 +102,10 @@ def copied_values(text: str):
             if value_kind(value) != "text":  # the step eval's copyable strings
                 continue
             written = json.dumps(value, ensure_ascii=False)[1:-1]
-            at = text.find(written, match.start(1), match.end(1))
-            if written == value and at >= 0 and value in text[conversation:match.start()]:
-                yield value, at, match.start()
+            at = text.find(written, body, end)
+            call_start = body - len(CALL_OPEN)
+            if written == value and at >= 0 and value in text[conversation:call_start]:
+                yield value, at, call_start
 
 
 def spelling_report(tokenizer, texts: list[str]) -> dict[str, float]:

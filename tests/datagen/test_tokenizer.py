@@ -81,6 +81,34 @@ def test_the_spelling_report_counts_copied_values_spelled_alike(texts):
     assert report["values"]["tokens_per_text"] > report["lines"]["tokens_per_text"]
 
 
+def test_values_encodes_a_long_run_of_dots_in_linear_time(texts):
+    # a value run cannot end in a dot: before `\.+` took a dot run whole, each of its dots
+    # started a scan to the run's end (32k dots: 4 s; 200k: ~3 min). Linear: milliseconds.
+    import time
+
+    tokenizer = build_bpe_tokenizer(texts, vocab_size=800, pretokenizer="values")
+    text = "." * 200_000 + " ops.md."
+    started = time.perf_counter()
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert time.perf_counter() - started < 10
+    assert tokenizer.decode(ids) == text
+
+
+def test_the_spelling_report_reads_calls_in_linear_time():
+    # a lazy `<tool_call>\n(.*?)\n</tool_call>` regex scans to the end from every unclosed
+    # marker (quadratic); the report stops at the first marker that nothing closes
+    import time
+
+    from scripts.build_tokenizer import copied_values
+
+    closed = '<|im_start|>user\nRemove /tmp/a-1\n<tool_call>\n{"name": "delete", "arguments": ' \
+             '{"path": "/tmp/a-1"}}\n</tool_call>'
+    started = time.perf_counter()
+    found = list(copied_values(closed + "<tool_call>\n" * 200_000))
+    assert time.perf_counter() - started < 10
+    assert [value for value, _, _ in found] == ["/tmp/a-1"]
+
+
 def test_an_unknown_pretokenizer_is_refused_naming_the_allowed_ones():
     with pytest.raises(ValueError, match="lines_digits"):
         build_bpe_tokenizer(["a"], vocab_size=300, pretokenizer="bytes")
