@@ -10,7 +10,8 @@ leak check) and the sections `--only` selects (all by default):
   REASON/ACT cross-entropy, ACT token accuracy, next-call exact match, right-tool and
   schema-valid rates of the greedy call at each gold step (overall and per env), and the MCH's
   AUROC of gold calls against their typed hard negatives;
-- `episodes`: the checkpoint plays the tasks through datagen's episode loop (the same
+- `episodes` (with `--episodes-out FILE`, also the episodes as Parquet rows,
+  `trainer.episode_rows`): the checkpoint plays the tasks through datagen's episode loop (the same
   template, token trace, parser, schema check, environments and checkers as generation) with
   one of two decoders: `policy` (default: the `policy` teacher backend,
   `trainer.generation.AgentPolicy` behind `PolicyBackend`, modifications and hybrid mode
@@ -115,6 +116,9 @@ class EvalConfig(StrictModel):
                                          "environments can be named in envs")
     threads: int = Field(0, ge=0, le=1024, description="torch CPU threads (0: torch's default); on a "
                          "busy 2-core host 1 thread decodes ~10x faster than 2")
+    episodes_out: str | None = Field(None, description="also write the episodes here (Parquet: "
+                                     "the trajectories table's columns plus expected_answer and "
+                                     "gold_calls; trainer.episode_rows)")
 
     def generation(self) -> "GenerationConfig":
         from trainer.generation import GenerationConfig
@@ -363,6 +367,8 @@ def _evaluate(config: EvalConfig) -> dict[str, Any]:
     from trainer.heldout import heldout_tasks
     from trainer.tokens import tokenizer_problem
 
+    if config.episodes_out and not config.episodes:
+        raise ValueError("--episodes-out: no episodes to write (--only leaves out episodes)")
     import_modules(list(config.env_modules))
     checkpoint = resolve_checkpoint(config.checkpoint)
     if problem := tokenizer_problem(checkpoint):  # the checkpoint's own, saved beside it
@@ -379,10 +385,15 @@ def _evaluate(config: EvalConfig) -> dict[str, Any]:
         seconds["step_level"] = time.perf_counter() - started
     if config.episodes:
         started = time.perf_counter()
-        report["episodes"] = summarize(*rollout(
+        played, turns = rollout(
             checkpoint, chosen.tasks, max_steps=config.max_steps, generation=config.generation(),
             decoder=config.decoder, on_invalid_turn=config.on_invalid_turn,
-            max_batch_size=config.batch_size))
+            max_batch_size=config.batch_size)
+        report["episodes"] = summarize(played, turns)
+        if config.episodes_out:
+            from trainer.episode_rows import write_episodes
+
+            write_episodes(played, config.episodes_out)
         seconds["episodes"] = time.perf_counter() - started
         if config.irr_tasks:
             started = time.perf_counter()

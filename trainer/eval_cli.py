@@ -45,7 +45,8 @@ def config_from_args(args: argparse.Namespace) -> EvalConfig:
         threshold=args.threshold, candidates=args.candidates,
         on_invalid_turn=args.on_invalid_turn, batch_size=args.batch_size,
         step_batch_tokens=args.step_batch_tokens, seed=args.seed,
-        env_modules=tuple(args.env_modules), threads=args.threads)
+        env_modules=tuple(args.env_modules), threads=args.threads,
+        episodes_out=args.episodes_out)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -53,10 +54,11 @@ def _run(args: argparse.Namespace) -> int:
 
     from datagen.pipeline.storage import writable_file
 
-    if args.out and not writable_file(args.out):  # found out before minutes of evaluation
-        print(f"trainer eval: --out: cannot write {args.out} (no such writable folder, or a "
-              f"folder of that name)", file=sys.stderr)
-        return 2
+    for flag, path in (("--out", args.out), ("--episodes-out", args.episodes_out)):
+        if path and not writable_file(path):  # found out before minutes of evaluation
+            print(f"trainer eval: {flag}: cannot write {path} (no such writable folder, or a "
+                  f"folder of that name)", file=sys.stderr)
+            return 2
     from datagen.envs import import_modules
 
     try:  # the user's environment modules, before any model loads
@@ -70,7 +72,8 @@ def _run(args: argparse.Namespace) -> int:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         print(f"trainer eval: invalid settings: {problems}", file=sys.stderr)
         return 2
-    except (LeakError, FileNotFoundError, KeyError, ValueError) as exc:
+    except (LeakError, OSError, KeyError, ValueError) as exc:  # OSError: no checkpoint, or
+        # --episodes-out's folder went away during the run
         # a KeyError's str() is its repr: the message itself reads better
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"trainer eval: {message}", file=sys.stderr)
@@ -130,4 +133,6 @@ def add_eval_command(commands: Any) -> None:
     parser.add_argument("--seed", type=int, default=0, help=defaults["seed"].description)
     parser.add_argument("--threads", type=int, default=0, help=defaults["threads"].description)
     parser.add_argument("--out", default=None, help="also write the report (JSON) here")
+    parser.add_argument("--episodes-out", default=None, metavar="FILE",
+                        help=defaults["episodes_out"].description)
     parser.set_defaults(handler=_run)

@@ -91,17 +91,31 @@ def test_preference_sections_against_a_reference(checkpoint, trainer_tokenizer, 
     assert "unknown sections ['safe']" in capsys.readouterr().err
 
 
-def test_only_flags_and_another_eval_seed(checkpoint, capsys):
+def test_only_flags_and_another_eval_seed(checkpoint, tmp_path, capsys):
+    played = tmp_path / "episodes.parquet"
     assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--only", "steps",
                  "--eval-seed", "3"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert "step_level" in report and "episodes" not in report and "irr" not in report
     assert report["tasks"]["first_id"] == "heldout-3-sql-000000"
     assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--only", "episodes",
-                 "--irr-tasks", "0", "--no-hybrid"]) == 0
+                 "--irr-tasks", "0", "--no-hybrid", "--episodes-out", str(played)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert "step_level" not in report and "irr" not in report
     assert report["episodes"]["hybrid"]["switch_rate"] == 0.0
+    # the episodes themselves, for reading why they failed: one row each, the trajectories
+    # table's columns, beside what each task expected
+    rows = pq.read_table(played).to_pylist()
+    tasks = heldout_tasks(["sql", "fs"], 2).tasks
+    assert [row["task_id"] for row in rows] == [task.id for task in tasks]
+    assert [row["expected_answer"] for row in rows] == [task.answer for task in tasks]
+    assert [json.loads(row["gold_calls"]) for row in rows] == [
+        [step.call.as_dict() for step in task.gold] for task in tasks]
+    assert sum(row["success"] for row in rows) == report["episodes"]["success_rate"] * 2
+    assert all(row["messages"][0]["role"] == "system" and row["error_kind"] for row in rows)
+    assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--only", "steps",
+                 "--episodes-out", str(played)]) == 2
+    assert "--episodes-out: no episodes to write" in capsys.readouterr().err
 
 
 def test_leaky_shards_and_bad_settings_are_refused_before_any_work(checkpoint, pipeline_out,
@@ -124,6 +138,8 @@ def test_leaky_shards_and_bad_settings_are_refused_before_any_work(checkpoint, p
     assert "no checkpoint" in capsys.readouterr().err
     assert main(["eval", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "no" / "r.json")]) == 2
     assert "--out: cannot write" in capsys.readouterr().err
+    assert main(["eval", "--checkpoint", str(checkpoint), "--episodes-out", str(tmp_path)]) == 2
+    assert "--episodes-out: cannot write" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag,value,field", [
