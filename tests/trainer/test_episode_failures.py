@@ -1,0 +1,60 @@
+"""benchmarks/episode_failures.py: where in an episode a held-out failure starts, read from
+`trainer eval --episodes-out` rows."""
+
+import json
+
+import pytest
+from tests.conftest import load_script
+
+TASK = "Move every open ticket assigned to Esther Lindqvist over to Mateo Reyes."
+GOLD = json.dumps([{"name": "search_users", "arguments": {"query": "Esther Lindqvist"}},
+                   {"name": "search_users", "arguments": {"query": "Mateo Reyes"}}])
+
+
+def _row(calls, answer=None, success=False, error_kind="wrong_answer", gold=GOLD):
+    messages = [{"role": "system", "content": "tools", "tool_calls": None},
+                {"role": "user", "content": TASK, "tool_calls": None}]
+    for name, arguments in calls:
+        messages.append({"role": "assistant", "content": "Looking it up.", "tool_calls":
+                         json.dumps([{"type": "function", "function":
+                                      {"name": name, "arguments": arguments}}])})
+        messages.append({"role": "tool", "content": "[]", "tool_calls": None})
+    if answer is not None:
+        messages.append({"role": "assistant", "content": f"Done.\n\nFinal answer: {answer}",
+                         "tool_calls": None})
+    return {"task": TASK, "messages": messages, "gold_calls": gold, "success": success,
+            "error_kind": None if success else error_kind,
+            "expected_answer": "Reassigned 1 ticket(s) to Mateo Reyes."}
+
+
+@pytest.mark.parametrize("calls,kind", [
+    ([("search_users", {"query": "Esther Lindqvist"})], "whole"),
+    ([("search_users", {"query": "Esther Haddad"})], "first_word_only"),
+    ([("search_users", {"query": "Greta Novak"})], "other"),
+    ([("list_events", {"date": "2026-08-17"})], "tool_not_called"),
+    ([("list_events", {}), ("search_users", {"query": "Esther Lindqvist"})], "whole"),
+])
+def test_the_first_copy_is_classified_by_what_the_agent_wrote(calls, kind):
+    assert load_script("benchmarks/episode_failures.py").first_copy(_row(calls)) == kind
+
+
+def test_a_task_whose_gold_quotes_nothing_has_no_first_copy():
+    gold = json.dumps([{"name": "list_tables", "arguments": {}}])
+    assert load_script("benchmarks/episode_failures.py").first_copy(
+        _row([("list_tables", {})], gold=gold)) is None
+
+
+def test_final_answers_count_only_episodes_that_reached_one():
+    module = load_script("benchmarks/episode_failures.py")
+    rows = [_row([("search_users", {"query": "Esther Lindqvist"})],
+                 answer="Reassigned 1 ticket(s) to Mateo Reyes.", success=True),
+            _row([("search_users", {"query": "Esther Haddad"})], answer="0"),
+            _row([("search_users", {"query": "Esther Haddad"})], error_kind="invalid_json")]
+    rows[2]["messages"].append({"role": "assistant", "tool_calls": None,  # the broken turn
+                                "content": '<tool_call>\n{"name": "search_users", "argu'})
+    summary = module.summarise(rows)
+    assert summary["episodes"] == 3 and summary["successes"] == 1
+    assert summary["failures"] == {"wrong_answer": 1, "invalid_json": 1}
+    assert summary["first_copy"] == {"whole": 1, "first_word_only": 2, "other": 0,
+                                     "tool_not_called": 0}
+    assert summary["final_answers"] == 2 and summary["final_answer_equal"] == 1
