@@ -8,6 +8,8 @@ in the episode:
   path, city, ...; >= 3 characters, verbatim in the task text), and the agent's first call of
   that tool: did it carry every such value whole, only the value's first word (`Esther
   Haddad` for `Esther Lindqvist`), something else, or did the agent never call that tool;
+- **first divergence**: the first gold call (by index) the agent's calls depart from, and how
+  (another tool, other arguments, no call there): how far along the reference path it gets;
 - **final answer** of the episodes that reached one: equal to the expected answer, or not.
 
     python -m trainer eval --checkpoint C --only episodes --num-tasks 30 --eval-seed E \\
@@ -28,7 +30,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from trainer.contract import ANSWER_PREFIX
-from trainer.step_eval import leaves
+from trainer.step_eval import leaves, same_json
 
 FIRST_COPY = ("whole", "first_word_only", "other", "tool_not_called")
 
@@ -70,15 +72,36 @@ def first_copy(row: dict[str, Any]) -> str | None:
     return "other"
 
 
+def first_divergence(row: dict[str, Any]) -> tuple[int | None, str | None]:
+    """(index, how) of the first gold call the agent's calls depart from, in order: `tool`
+    (another tool), `arguments` (other arguments, JSON types kept) or `stopped` (no call
+    there); (None, None) when every gold call was made as written. Gold is one valid order:
+    a task that allows another is counted as departing, so this is an upper bound."""
+    made = agent_calls(row["messages"])
+    for index, gold in enumerate(json.loads(row["gold_calls"])):
+        if index >= len(made):
+            return index, "stopped"
+        if made[index]["name"] != gold["name"]:
+            return index, "tool"
+        if not same_json(made[index]["arguments"], gold["arguments"]):
+            return index, "arguments"
+    return None, None
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     copies = Counter(kind for row in rows if (kind := first_copy(row)) is not None)
     answered = [(final_answer(row["messages"]), row["expected_answer"]) for row in rows
                 if row["success"] or row["error_kind"] == "wrong_answer"]  # not broken turns
     answered = [(got, want) for got, want in answered if got is not None and want is not None]
+    departures = [first_divergence(row) for row in rows]
     return {
         "episodes": len(rows), "successes": sum(bool(row["success"]) for row in rows),
         "failures": dict(Counter(row["error_kind"] for row in rows if not row["success"])),
         "first_copy": {kind: copies.get(kind, 0) for kind in FIRST_COPY},
+        "first_divergence": {
+            "at_call": dict(sorted(Counter(i for i, _ in departures if i is not None).items())),
+            "how": dict(Counter(how for _, how in departures if how is not None)),
+            "none": sum(i is None for i, _ in departures)},
         "final_answers": len(answered),
         "final_answer_equal": sum(got == want for got, want in answered),
     }

@@ -57,4 +57,19 @@ def test_final_answers_count_only_episodes_that_reached_one():
     assert summary["failures"] == {"wrong_answer": 1, "invalid_json": 1}
     assert summary["first_copy"] == {"whole": 1, "first_word_only": 2, "other": 0,
                                      "tool_not_called": 0}
+    assert summary["first_divergence"] == {"at_call": {0: 2, 1: 1},
+                                           "how": {"stopped": 1, "arguments": 2}, "none": 0}
     assert summary["final_answers"] == 2 and summary["final_answer_equal"] == 1
+
+
+@pytest.mark.parametrize("calls,expected", [
+    ([("search_users", {"query": "Esther Lindqvist"}), ("search_users", {"query": "Mateo Reyes"})],
+     (None, None)),
+    ([("search_users", {"query": "Esther Lindqvist"}), ("search_users", {"query": "Mateo Ortiz"})],
+     (1, "arguments")),
+    ([("search_users", {"query": "Esther Lindqvist"}), ("search_tickets", {})], (1, "tool")),
+    ([("search_users", {"query": "Esther Lindqvist"})], (1, "stopped")),
+    ([("search_users", {"query": "Esther Haddad"})], (0, "arguments")),
+])
+def test_the_first_divergence_is_the_first_gold_call_not_made_as_written(calls, expected):
+    assert load_script("benchmarks/episode_failures.py").first_divergence(_row(calls)) == expected
