@@ -5,7 +5,8 @@ One row per episode in the trajectories table's layout (`datagen.rows`: `task`, 
 checkpoint did with the same Polars code as the generation shards, plus what the task
 expected: `expected_answer` (the checker's answer; null where the final state is judged) and
 `gold_calls` (the reference solution's calls, a JSON list of `{"name", "arguments"}`).
-Why an episode failed is then one filter away, e.g. the first call against the first gold call:
+The failures are then one filter away, and `benchmarks/episode_failures.py FILE...` says where
+in each episode the agent left the reference path:
 
     pl.read_parquet(FILE).filter(pl.col("error_kind") == "wrong_answer")
 """
@@ -50,5 +51,8 @@ def write_episodes(trajectories: list[Trajectory], path: str | Path) -> None:
     the same folder is renamed over it, so a reader never sees half a file."""
     target = Path(path)
     partial = target.with_name(f".{target.name}.partial")
-    pq.write_table(episode_table(trajectories), partial, compression="zstd")
-    partial.replace(target)
+    try:
+        pq.write_table(episode_table(trajectories), partial, compression="zstd")
+        partial.replace(target)
+    finally:  # a failed write (disk full) leaves no partial file behind
+        partial.unlink(missing_ok=True)
