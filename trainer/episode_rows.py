@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from datagen.rows import render_row, trajectory_schema
+from trainer.shard_files import write_parquet
 
 if TYPE_CHECKING:
     from datagen.types import Trajectory
@@ -47,12 +47,5 @@ def episode_table(trajectories: list[Trajectory]) -> pa.Table:
 
 
 def write_episodes(trajectories: list[Trajectory], path: str | Path) -> None:
-    """Write the episodes to `path` (zstd Parquet), replacing it whole: a temporary file in
-    the same folder is renamed over it, so a reader never sees half a file."""
-    target = Path(path)
-    partial = target.with_name(f".{target.name}.partial")
-    try:
-        pq.write_table(episode_table(trajectories), partial, compression="zstd")
-        partial.replace(target)
-    finally:  # a failed write (disk full) leaves no partial file behind
-        partial.unlink(missing_ok=True)
+    """Write the episodes to `path` (zstd Parquet), whole or not at all."""
+    write_parquet(episode_table(trajectories), path)

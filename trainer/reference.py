@@ -32,7 +32,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import torch
 
 from trainer.config import TrainConfig
@@ -42,7 +41,8 @@ from trainer.pair_batches import Pairs
 from trainer.readers.consistency import kept_only, kept_pairs
 from trainer.readers.preferences import PairSettings
 from trainer.preference_loss import PreferenceSettings, sequence_logps_fn
-from trainer.shard_files import exists, join, part_files, read_bytes, stamps, write_bytes
+from trainer.shard_files import (exists, join, part_files, read_bytes, stamps, write_bytes,
+                                 write_parquet)
 
 log = logging.getLogger(__name__)
 COMPLETE = "_COMPLETE"
@@ -142,12 +142,6 @@ class ReferenceScorer:
                          "ref_rejected": pa.array(rejected.double().cpu().numpy())})
 
 
-def _write_parquet(table: pa.Table, location: str) -> None:
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
-    write_bytes(location, sink.getvalue().to_pybytes())
-
-
 def precompute_reference(cfg: TrainConfig, settings: PairSettings) -> str:
     """The directory of the reference log-probabilities of every pair the run trains on
     (`settings`: the training stream's, which tokenises the pairs the same way), computed
@@ -184,7 +178,7 @@ def precompute_reference(cfg: TrainConfig, settings: PairSettings) -> str:
             rows = batch.filter(pc.equal(batch.column("path"), path))
             parts.setdefault(Path(path).name, []).append(rows.drop_columns(["path"]))
     for name, tables in parts.items():
-        _write_parquet(pa.concat_tables(tables), join(directory, name))
+        write_parquet(pa.concat_tables(tables), join(directory, name))
     write_bytes(manifest, json.dumps(key, indent=1, sort_keys=True).encode())
     rows = sum(t.num_rows for ts in parts.values() for t in ts)
     write_bytes(join(directory, COMPLETE), f"{rows}\n".encode())  # last: the pass is complete

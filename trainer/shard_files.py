@@ -17,7 +17,9 @@ import logging
 import os
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from trainer.contract import CHUNK_MARKERS, marker_of
 
@@ -116,8 +118,18 @@ def write_bytes(location: str | Path, data: bytes) -> None:
     path = Path(location)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
+    try:
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+    finally:  # a failed write (disk full) leaves no temporary file behind
+        temporary.unlink(missing_ok=True)
+
+
+def write_parquet(table: pa.Table, location: str | Path) -> None:
+    """`table` as one zstd Parquet file, written whole or not at all (`write_bytes`)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    write_bytes(location, sink.getvalue().to_pybytes())
 
 
 def exists(location: str | Path) -> bool:
