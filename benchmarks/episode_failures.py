@@ -23,48 +23,58 @@ import argparse
 import json
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from trainer.contract import ANSWER_PREFIX
-from trainer.step_eval import leaves, same_json
+from datagen.rows import trajectory_from_row
+from datagen.types import ToolCall
+from trainer.step_eval import leaves, same_json, value_kind
 
 FIRST_COPY = ("whole", "first_word_only", "other", "tool_not_called")
 
 
-def agent_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    calls = []
-    for message in messages:
-        if message["role"] == "assistant" and message.get("tool_calls"):
-            calls += [call["function"] for call in json.loads(message["tool_calls"])]
-    return calls
+@dataclass(slots=True)
+class Episode:
+    """One row of an --episodes-out file, parsed once: the request, the reference calls, the
+    agent's calls in order and its final answer (None when it gave none)."""
+
+    task: str
+    gold: list[dict[str, Any]]
+    calls: list[ToolCall]
+    answer: str | None
+    success: bool
+    error_kind: str | None
+    expected: str | None
 
 
-def final_answer(messages: list[dict[str, Any]]) -> str | None:
-    last = messages[-1] if messages else None
-    if last and last["role"] == "assistant" and not last.get("tool_calls"):
-        return (last["content"] or "").rpartition(ANSWER_PREFIX)[2].strip()
-    return None
+def episode(row: dict[str, Any]) -> Episode:
+    steps = trajectory_from_row(row).steps  # the shards' own message parser
+    answer = steps[-1].answer if steps else None
+    return Episode(task=row["task"], gold=json.loads(row["gold_calls"]),
+                   calls=[step.call for step in steps if step.call is not None],
+                   answer=answer.strip() if answer is not None else None,
+                   success=bool(row["success"]), error_kind=row["error_kind"],
+                   expected=row["expected_answer"])
 
 
-def first_copy(row: dict[str, Any]) -> str | None:
+def first_copy(played: Episode) -> str | None:
     """How the agent's first call of the first copying gold tool carried the quoted values;
     None when no gold call quotes the request."""
-    for gold in json.loads(row["gold_calls"]):
+    for gold in played.gold:
         quoted = [v for _, v in leaves(gold["arguments"])
-                  if isinstance(v, str) and len(v) >= 3 and v in row["task"]]
+                  if value_kind(v) == "text" and v in played.task]  # the step eval's copyables
         if quoted:
             break
     else:
         return None
-    made = next((call for call in agent_calls(row["messages"]) if call["name"] == gold["name"]),
-                None)
+    made = next((call for call in played.calls if call.name == gold["name"]), None)
     if made is None:
         return "tool_not_called"
-    written = json.dumps(made["arguments"], ensure_ascii=False)
+    written = json.dumps(made.arguments, ensure_ascii=False)
     if all(json.dumps(v, ensure_ascii=False)[1:-1] in written for v in quoted):
         return "whole"
     if all(v.split()[0] in written for v in quoted):
@@ -72,31 +82,31 @@ def first_copy(row: dict[str, Any]) -> str | None:
     return "other"
 
 
-def first_divergence(row: dict[str, Any]) -> tuple[int | None, str | None]:
+def first_divergence(played: Episode) -> tuple[int | None, str | None]:
     """(index, how) of the first gold call the agent's calls depart from, in order: `tool`
     (another tool), `arguments` (other arguments, JSON types kept) or `stopped` (no call
     there); (None, None) when every gold call was made as written. Gold is one valid order:
     a task that allows another is counted as departing, so this is an upper bound."""
-    made = agent_calls(row["messages"])
-    for index, gold in enumerate(json.loads(row["gold_calls"])):
-        if index >= len(made):
+    for index, gold in enumerate(played.gold):
+        if index >= len(played.calls):
             return index, "stopped"
-        if made[index]["name"] != gold["name"]:
+        if played.calls[index].name != gold["name"]:
             return index, "tool"
-        if not same_json(made[index]["arguments"], gold["arguments"]):
+        if not same_json(played.calls[index].arguments, gold["arguments"]):
             return index, "arguments"
     return None, None
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    copies = Counter(kind for row in rows if (kind := first_copy(row)) is not None)
-    answered = [(final_answer(row["messages"]), row["expected_answer"]) for row in rows
-                if row["success"] or row["error_kind"] == "wrong_answer"]  # not broken turns
-    answered = [(got, want) for got, want in answered if got is not None and want is not None]
-    departures = [first_divergence(row) for row in rows]
+    episodes = [episode(row) for row in rows]
+    copies = Counter(kind for played in episodes if (kind := first_copy(played)) is not None)
+    answered = [(played.answer, played.expected) for played in episodes
+                if (played.success or played.error_kind == "wrong_answer")  # not broken turns
+                and played.answer is not None and played.expected is not None]
+    departures = [first_divergence(played) for played in episodes]
     return {
-        "episodes": len(rows), "successes": sum(bool(row["success"]) for row in rows),
-        "failures": dict(Counter(row["error_kind"] for row in rows if not row["success"])),
+        "episodes": len(episodes), "successes": sum(played.success for played in episodes),
+        "failures": dict(Counter(p.error_kind for p in episodes if not p.success)),
         "first_copy": {kind: copies.get(kind, 0) for kind in FIRST_COPY},
         "first_divergence": {
             "at_call": dict(sorted(Counter(i for i, _ in departures if i is not None).items())),

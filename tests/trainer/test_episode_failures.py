@@ -22,9 +22,15 @@ def _row(calls, answer=None, success=False, error_kind="wrong_answer", gold=GOLD
     if answer is not None:
         messages.append({"role": "assistant", "content": f"Done.\n\nFinal answer: {answer}",
                          "tool_calls": None})
-    return {"task": TASK, "messages": messages, "gold_calls": gold, "success": success,
-            "error_kind": None if success else error_kind,
+    return {"id": "heldout-0-enterprise-000000", "task_id": "heldout-0-enterprise-000000",
+            "env": "enterprise", "task_seed": 1, "task": TASK, "tools": "[]", "messages": messages,
+            "gold_calls": gold, "success": success, "reward": float(success), "teacher": "eval",
+            "round": 0, "error": None, "error_kind": None if success else error_kind,
             "expected_answer": "Reassigned 1 ticket(s) to Mateo Reyes."}
+
+
+def _played(row):
+    return load_script("benchmarks/episode_failures.py").episode(row)
 
 
 @pytest.mark.parametrize("calls,kind", [
@@ -35,13 +41,13 @@ def _row(calls, answer=None, success=False, error_kind="wrong_answer", gold=GOLD
     ([("list_events", {}), ("search_users", {"query": "Esther Lindqvist"})], "whole"),
 ])
 def test_the_first_copy_is_classified_by_what_the_agent_wrote(calls, kind):
-    assert load_script("benchmarks/episode_failures.py").first_copy(_row(calls)) == kind
+    assert load_script("benchmarks/episode_failures.py").first_copy(_played(_row(calls))) == kind
 
 
 def test_a_task_whose_gold_quotes_nothing_has_no_first_copy():
     gold = json.dumps([{"name": "list_tables", "arguments": {}}])
     assert load_script("benchmarks/episode_failures.py").first_copy(
-        _row([("list_tables", {})], gold=gold)) is None
+        _played(_row([("list_tables", {})], gold=gold))) is None
 
 
 def test_final_answers_count_only_episodes_that_reached_one():
@@ -72,4 +78,5 @@ def test_final_answers_count_only_episodes_that_reached_one():
     ([("search_users", {"query": "Esther Haddad"})], (0, "arguments")),
 ])
 def test_the_first_divergence_is_the_first_gold_call_not_made_as_written(calls, expected):
-    assert load_script("benchmarks/episode_failures.py").first_divergence(_row(calls)) == expected
+    assert load_script("benchmarks/episode_failures.py").first_divergence(
+        _played(_row(calls))) == expected
