@@ -100,6 +100,7 @@ def ray_head(tmp_path_factory):
 
 
 HEAD_START_ATTEMPTS = 3
+STOP_GRACE_S = 2
 
 
 def _start_head(env: dict) -> tuple[str, int, int]:
@@ -153,7 +154,10 @@ def stop_ray_processes(temp_dir: str, port: int | None) -> None:
             proc.terminate()
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(list(tree.values()), timeout=10)
+    # The raylet and the GCS shut down gracefully on SIGTERM, each waiting on the other, which
+    # is dying too: they were still up after 10 s in every stop (a test's cluster is thrown
+    # away, nothing of its graceful shutdown is needed), so the grace is short.
+    _, alive = psutil.wait_procs(list(tree.values()), timeout=STOP_GRACE_S)
     for proc in alive:
         try:
             proc.kill()
