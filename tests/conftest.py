@@ -154,9 +154,9 @@ def stop_ray_processes(temp_dir: str, port: int | None) -> None:
             proc.terminate()
         except psutil.NoSuchProcess:
             pass
-    # The raylet and the GCS shut down gracefully on SIGTERM, each waiting on the other, which
-    # is dying too: they were still up after 10 s in every stop (a test's cluster is thrown
-    # away, nothing of its graceful shutdown is needed), so the grace is short.
+    # The raylet, the GCS, the runtime-env agent and the autoscaler monitor were still up 10 s
+    # after SIGTERM in every stop measured (their graceful shutdown); a test's cluster is
+    # thrown away and needs none of it, so the grace is short.
     _, alive = psutil.wait_procs(list(tree.values()), timeout=STOP_GRACE_S)
     for proc in alive:
         try:
