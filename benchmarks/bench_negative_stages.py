@@ -19,7 +19,11 @@ import argparse
 import cProfile
 import os
 import pstats
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 
 COUNTED = {  # function name -> file(s) it must come from (None: a C function)
     "step": "_toolkit.py", "restore": "sql_sandbox.py", "validate_with": "validate.py",
