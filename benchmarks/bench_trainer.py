@@ -157,9 +157,13 @@ def bench_dpo(args: argparse.Namespace) -> None:
         out = model(input_ids=ids, span_ids=spans, loss_fn=loss_fn, mch_positions=mch_positions)
         (out.loss + 0.5 * balanced_mch_loss(out.mch_logits, mch_labels)[0]).backward()
 
+    def dpo_anchored() -> None:  # dpo.anchor_weight: + a SAD backward on as many rows
+        dpo(True)
+        sad()
+
     variants = {"SAD, one-hot teacher": sad, "DPO, frozen reference": partial(dpo, True),
                 "DPO, precomputed reference": partial(dpo, False),
-                "DPO, precomputed + MCH": dpo_mch}
+                "DPO, precomputed + MCH": dpo_mch, "DPO, frozen + SAD anchor": dpo_anchored}
     wall, cpu = _interleaved(variants, args.repeats, model)
     base = "SAD, one-hot teacher"
     base_wall, base_cpu = statistics.median(wall[base]), statistics.median(cpu[base])

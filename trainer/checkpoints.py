@@ -34,6 +34,8 @@ class Position:
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0
+    anchor_epoch: int = 0            # a second stream's place (the DPO recipe's anchor)
+    anchor_batch_in_epoch: int = 0
 
 
 @contextlib.contextmanager
@@ -109,19 +111,24 @@ class StepReports:
 
 
 def resumed_stream(start: Position, convert: Callable[[dict], Item], empty_message: str,
-                   ) -> Iterator[tuple[int, int, Item]]:
-    """(epoch, batch index, converted stream row) forever from this worker's dataset shard,
-    one stream row per micro-batch, skipping what a resumed run already consumed."""
+                   dataset: str = "train") -> Iterator[tuple[int, int, Item]]:
+    """(epoch, batch index, converted stream row) forever from this worker's shard of
+    `dataset`, one stream row per micro-batch, skipping what a resumed run already consumed
+    (the "anchor" stream counts in the position's anchor_* fields)."""
     import ray.train
 
-    shard = ray.train.get_dataset_shard("train")
-    epoch = start.epoch
+    shard = ray.train.get_dataset_shard(dataset)
+    if dataset == "anchor":
+        start_epoch, start_batch = start.anchor_epoch, start.anchor_batch_in_epoch
+    else:
+        start_epoch, start_batch = start.epoch, start.batch_in_epoch
+    epoch = start_epoch
     while True:
         seen = 0
         for index, row in enumerate(shard.iter_batches(batch_size=1, batch_format="numpy",
                                                        prefetch_batches=2)):
             seen += 1
-            if epoch == start.epoch and index < start.batch_in_epoch:
+            if epoch == start_epoch and index < start_batch:
                 continue
             yield epoch, index, convert(row)
         if seen == 0:

@@ -187,6 +187,11 @@ class DPOConfig(StrictModel):
                                           "backward; null = only when full logits exceed 2 GiB")
     mch_weight: float = Field(0.5, ge=0, description="weight of the MCH loss on the pairs' "
                               "calls (chosen call = correct step, rejected call = wrong one)")
+    anchor_weight: float = Field(0.0, ge=0, description="weight of a SAD loss on trajectory "
+                                 "micro-batches added to every DPO step (PPO-ptx style: it keeps "
+                                 "the agent the pairs alone would cost); 0 = off. The anchor "
+                                 "stream reads the data section (tables, batch_size, mch_rows) "
+                                 "and the loss section as recipe 'sad' does")
 
     @field_validator("kind_weights")
     @classmethod
@@ -376,12 +381,18 @@ class TrainConfig(StrictModel):
     run: RunConfig = Field(default_factory=RunConfig)
     scaling: ScalingConfig = Field(default_factory=ScalingConfig)
 
+    @property
+    def anchored(self) -> bool:
+        """A DPO run with a trajectory anchor (it reads the data and loss sections too)."""
+        return self.recipe == "dpo" and self.dpo.anchor_weight > 0
+
     @model_validator(mode="after")
     def _recipe_sections(self) -> "TrainConfig":
         # A section of another recipe that differs from its defaults would be ignored
         # silently; an all-default one (e.g. from a full dump of the config) is harmless.
-        foreign = [section for recipe, sections in RECIPE_SECTIONS.items()
-                   if recipe != self.recipe for section in sections
+        read = set(RECIPE_SECTIONS[self.recipe]) | ({"loss"} if self.anchored else set())
+        foreign = [section for sections in RECIPE_SECTIONS.values() for section in sections
+                   if section not in read
                    if getattr(self, section) != type(self).model_fields[section].default_factory()]
         if foreign:
             raise ValueError(f"section {foreign[0]!r} belongs to another recipe than "
@@ -392,7 +403,15 @@ class TrainConfig(StrictModel):
     def _dpo(self) -> "TrainConfig":
         if self.recipe != "dpo":
             return self
-        self._refuse_sad_data_fields("reads dpo.batch_size and dpo.bucket_pool_batches")
+        if self.anchored:  # the anchor stream reads the data section as recipe 'sad' does
+            if self.scaling.strategy == "deepspeed":
+                raise ValueError("dpo.anchor_weight adds a second backward pass to each step; "
+                                 "not with deepspeed (its engine steps after one backward)")
+            if self.loss.pcgrad:
+                raise ValueError("loss.pcgrad is not supported on the DPO anchor (dpo.anchor_weight)")
+        else:
+            self._refuse_sad_data_fields("reads dpo.batch_size and dpo.bucket_pool_batches; "
+                                         "set dpo.anchor_weight for a trajectory anchor")
         reference = self.dpo.reference_model or self.model.init_from
         if self.dpo.reference == "precomputed" and reference is None:
             raise ValueError("dpo.reference 'precomputed' needs a checkpoint: dpo.reference_model "

@@ -34,6 +34,18 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
+def average_gradients(params: list[torch.nn.Parameter]) -> None:
+    """Every parameter's gradient averaged over the ranks (zeros where a rank has none), for
+    steps whose backward passes ran without DDP's hooks (PCGrad, the DPO anchor)."""
+    if world_size() <= 1:
+        return
+    for param in params:
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+        dist.all_reduce(param.grad)
+        param.grad /= world_size()
+
+
 class DDPEngine:
     """torch AdamW + LambdaLR around a model that Ray Train's prepare_model wrapped in DDP
     (or left alone on one worker)."""

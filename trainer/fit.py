@@ -189,9 +189,10 @@ def _train(cfg: TrainConfig, recipe: Any) -> FitResult:
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
             failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
             worker_runtime_env={"env_vars": worker_env} if worker_env else None),
-        # ppo has no dataset: its data are the rollouts it plays in the loop
-        **({"datasets": {"train": dataset}, "dataset_config": ordered_ingest()}
-           if dataset is not None else {}))
+        # ppo has no dataset: its data are the rollouts it plays in the loop; dpo with an
+        # anchor has two (the pairs as "train", the trajectories as "anchor")
+        **({"datasets": dataset if isinstance(dataset, dict) else {"train": dataset},
+            "dataset_config": ordered_ingest()} if dataset is not None else {}))
     result = trainer.fit()
     checkpoint = result.checkpoint.path if result.checkpoint is not None else None
     return FitResult(str(run_dir), checkpoint, dict(result.metrics or {}), data_info)

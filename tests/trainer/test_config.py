@@ -89,6 +89,8 @@ def test_repairs_join_with_a_weight():
     ("dpo.kind_weights={benign_*: -1}", "dpo.kind_weights: pattern 'benign_\\*': weight -1.0 must"),
     ("dpo.kind_weights={benign_*: .inf}", "dpo.kind_weights.benign_\\*: Input should be a finite number"),
     ("dpo.kind_weights=[benign_*]", "dpo.kind_weights"),
+    ("dpo.anchor_weight=1", "dpo.anchor_weight adds a second backward pass"),
+    ("dpo.anchor_weight=-1", "dpo.anchor_weight"),
 ])
 def test_dpo_mistakes_are_named(override, message):
     extra = ["dpo.loss_type=ipo"] if "label_smoothing" in override else []
@@ -103,6 +105,18 @@ def test_a_dpo_section_needs_recipe_dpo():
     with pytest.raises(ConfigError, match="precomputed' needs a checkpoint"):
         load_config(ROOT / "configs" / "dpo_tiny.yaml",
                     ["model.init_from=null", "dpo.reference=precomputed"])
+
+
+def test_an_anchored_dpo_reads_the_data_and_loss_sections():
+    cfg = load_config(ROOT / "configs" / "dpo_tiny.yaml", [
+        "dpo.anchor_weight=0.5", "data.batch_size=2", "data.tables=[trajectories, safety]",
+        "loss.lambda_act=2"])
+    assert cfg.anchored and cfg.data.batch_size == 2 and cfg.loss.lambda_act == 2
+    assert not load_config(ROOT / "configs" / "dpo_tiny.yaml").anchored
+    for override, message in [("loss.pcgrad=true", "loss.pcgrad is not supported on the DPO anchor"),
+                              ("curriculum.enabled=true", "section 'curriculum' belongs to another")]:
+        with pytest.raises(ConfigError, match=message):
+            load_config(ROOT / "configs" / "dpo_tiny.yaml", ["dpo.anchor_weight=0.5", override])
 
 
 def test_kind_weights_keep_the_order_written():

@@ -2,7 +2,8 @@
 its run directory (configs/dpo_tiny.yaml) writes per-step preference metrics overall and per
 source; a rerun resumes the step count without training a micro-batch twice; the 32B
 recipe's path (precomputed reference, DeepSpeed ZeRO-3 with its CPU accelerator) starts at
-the frozen copy's loss."""
+the frozen copy's loss; a trajectory anchor (dpo.anchor_weight) adds a SAD loss on a second
+stream, which a rerun resumes in place too."""
 
 from __future__ import annotations
 
@@ -109,3 +110,50 @@ def test_zero3_with_a_precomputed_reference_starts_at_the_frozen_copys_loss(
     assert [r["step"] for r in records] == [1] and records[0]["sources"]["safety"]["pairs"] == 2
     assert records[0]["dpo_loss"] == pytest.approx(math.log(2), abs=1e-4)
     assert (Path(result.checkpoint) / "model.safetensors").exists()  # gathered from the shards
+
+
+ANCHOR = ["dpo.anchor_weight=2.0", "data.batch_size=2"]
+
+
+@pytest.fixture(scope="module")
+def anchored_run(sad_run, pipeline_out, trainer_tokenizer, tmp_path_factory):
+    from trainer.fit import fit
+
+    run_dir = tmp_path_factory.mktemp("chain") / "dpo_anchor"
+    result = fit(_dpo_config(run_dir, sad_run, pipeline_out, trainer_tokenizer, FIRST_STEPS,
+                             *ANCHOR))
+    return run_dir, result, read_metrics(run_dir / "metrics.jsonl")
+
+
+def test_anchor_adds_a_sad_loss_on_trajectories_to_each_step(anchored_run, dpo_run):
+    _, result, records = anchored_run
+    _, _, plain = dpo_run
+    assert result.data["anchor"]["tables"] == ["trajectories"]
+    for record in records:
+        anchor = record["anchor"]
+        assert anchor["reason_tokens"] > 0 and anchor["act_tokens"] > 0
+        assert math.isfinite(anchor["lm_loss"]) and anchor["lm_loss"] > 0
+        assert len(record["anchor_batches"]) == 1
+        # the step's objective: pairs (rpo_alpha 0: the DPO loss) + MCH + 2 x the anchor's
+        assert record["loss"] == pytest.approx(
+            record["dpo_loss"] + 0.5 * record["mch"] + 2.0 * anchor["loss"], abs=1e-4)
+    # the same pairs in the same order as without the anchor; step 1 from the same start is
+    # the same, step 2 is not: the anchor's gradient moved the policy too
+    assert [r["batches"] for r in records] == [r["batches"] for r in plain]
+    assert records[0]["logps/chosen"] == pytest.approx(plain[0]["logps/chosen"], abs=1e-4)
+    assert records[1]["logps/chosen"] != pytest.approx(plain[1]["logps/chosen"], abs=1e-3)
+
+
+def test_anchored_rerun_resumes_both_streams_in_place(anchored_run, sad_run, pipeline_out,
+                                                      trainer_tokenizer):
+    from trainer.fit import fit
+
+    run_dir, _, before = anchored_run
+    fit(_dpo_config(run_dir, sad_run, pipeline_out, trainer_tokenizer, RESUMED_STEPS, *ANCHOR))
+    records = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in records] == list(range(1, RESUMED_STEPS + 1))
+    assert records[:FIRST_STEPS] == before
+    for stream in ("batches", "anchor_batches"):
+        first_leg = {h for r in before for h in r[stream]}
+        resumed = [h for r in records[FIRST_STEPS:] for h in r[stream]]
+        assert len(resumed) == RESUMED_STEPS - FIRST_STEPS and not set(resumed) & first_leg

@@ -110,6 +110,19 @@ def test_pcgrad_equals_plain_backward_when_gradients_agree():
         assert any(not torch.allclose(a[n], b[n]) for n in a)
 
 
+def test_scale_multiplies_the_gradient_not_the_reported_loss():
+    """The DPO anchor backpropagates anchor_weight x the SAD loss; metrics stay unweighted."""
+    once, thrice = _model(), _model()
+    batch = _batch()
+    plain, _ = forward_backward(_config(), LocalEngine(once), batch, None)
+    scaled, _ = forward_backward(_config(), LocalEngine(thrice), batch, None, scale=3.0)
+    assert scaled["loss"] == pytest.approx(plain["loss"])
+    a, b = _grads(once), _grads(thrice)
+    assert set(a) == set(b) and a
+    for name in a:
+        torch.testing.assert_close(b[name], 3.0 * a[name], rtol=1e-4, atol=1e-7)
+
+
 def test_curriculum_never_leaves_a_batch_of_negatives_alone():
     import numpy as np
 

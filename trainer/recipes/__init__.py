@@ -10,7 +10,9 @@ modules of `trainer`).
 A recipe module provides:
     build_dataset(cfg) -> (ray.data.Dataset, info)   the driver's data stream (one row per
                                                      micro-batch); may run a preparatory pass;
-                                                     None when the recipe makes its own (ppo)
+                                                     None when the recipe makes its own (ppo);
+                                                     a dict {name: dataset} for several streams
+                                                     ("train" + dpo's "anchor")
     train_loop_per_worker(loop_config)               what every Ray Train worker runs;
                                                      loop_config["train"] is the TrainConfig
     loop_extras(cfg, dataset) -> dict                more entries for loop_config (optional)

@@ -24,10 +24,13 @@ Per step: a micro-batch of pairs -> the reference's completion log-probs (frozen
 the stored ones) -> forward with the preference loss computed inside the model -> MCH loss
 -> backward -> clip + AdamW (or DeepSpeed's step) -> metrics.jsonl (loss, rewards,
 margins, accuracy, overall and per source) on rank 0; checkpoints and resume as SAD's.
+With `dpo.anchor_weight` > 0, each step also backpropagates that weight x the SAD loss of a
+trajectory micro-batch from a second stream (trainer.anchor) before the optimizer step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -35,9 +38,11 @@ from typing import Any
 
 import torch
 
+from trainer.anchor import Anchor, add_anchor, anchor_record, build_anchor_dataset
 from trainer.checkpoints import Position, StepReports, resume_directory, resumed_stream
 from trainer.config import TrainConfig
 from trainer.distributed import flatten, gather_lists, reduce_metrics, start_worker, unflatten
+from trainer.engines import average_gradients
 from trainer.losses import balanced_mch_loss
 from trainer.metrics import RunningAUROC, peak_flops, rounded, train_flops_per_token
 from trainer.model import AgentQwen2ForCausalLM
@@ -91,12 +96,17 @@ def check_start(cfg: TrainConfig) -> None:
 
 
 def build_dataset(cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
-    """The pair stream; with a precomputed reference, the reference pass runs first."""
+    """The pair stream; with a precomputed reference, the reference pass runs first; with
+    `dpo.anchor_weight`, {"train": pairs, "anchor": trajectories}."""
     check_start(cfg)
     reference_dir = None
     if cfg.dpo.reference == "precomputed":
         reference_dir = precompute_reference(cfg, pair_settings(cfg, None))
-    return build_pair_dataset(pair_settings(cfg, reference_dir))
+    pairs, info = build_pair_dataset(pair_settings(cfg, reference_dir))
+    if not cfg.anchored:
+        return pairs, info
+    anchor, anchor_info = build_anchor_dataset(cfg)
+    return {"train": pairs, "anchor": anchor}, {**info, "anchor": anchor_info}
 
 
 def loop_extras(cfg: TrainConfig, dataset: Any) -> dict[str, Any]:
@@ -184,6 +194,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     reports = StepReports(cfg, rank, student, "dpo")
     peak = peak_flops(device)
     running_auroc = RunningAUROC(cfg.run.mch_auroc_window)
+    anchor = Anchor.start(cfg, special["pad"], position, device) if cfg.anchored else None
+    trained = [p for p in engine.unwrapped.parameters() if p.requires_grad]
     engine.unwrapped.train()
     last = time.perf_counter()
     stream = resumed_stream(position, Pairs.from_batch_row,
@@ -196,8 +208,20 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
                                dict(cfg.dpo.source_weights),
                                kind_weights=cfg.dpo.kind_weight_items())
         batch = {name: value.to(device) for name, value in tensors.items()}
-        metrics, scored = dpo_step(cfg, engine, batch, reference, settings)
-        gathered = gather_lists({**scored, "batches": [batch_hash(pairs)]})
+        # with an anchor: two backward passes, then the gradients averaged over ranks once
+        with engine.no_sync() if anchor else contextlib.nullcontext():
+            metrics, scored = dpo_step(cfg, engine, batch, reference, settings)
+            metrics["flops"] = metrics["tokens"] * train_flops_per_token(
+                engine.unwrapped.config, batch["input_ids"].shape[1],
+                reference.config if reference is not None else None)
+            if anchor:
+                anchor_metrics, anchor_batch = anchor.step(engine, position, device)
+        if anchor:
+            average_gradients(trained)
+            add_anchor(metrics, anchor_metrics, cfg.dpo.anchor_weight)
+        flops_per_token = metrics.pop("flops") / max(metrics["tokens"], 1.0)  # this rank's
+        gathered = gather_lists({**scored, "batches": [batch_hash(pairs)],
+                                 "anchor_batches": [anchor_batch] if anchor else []})
         running_auroc.update(gathered["mch_scores"], gathered["mch_step_labels"])
         lr = engine.lr
         metrics["grad_norm"] = engine.step()
@@ -207,14 +231,14 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         metrics = reduce_metrics(metrics, device, {"mch_steps", "mch_correct", "tokens", "slots",
                                                    "completion_tokens", "too_long", "empty"})
         sums = unflatten(reduce_metrics(sums, device, sums.keys()))
-        flops_per_token = train_flops_per_token(
-            engine.unwrapped.config, batch["input_ids"].shape[1],
-            reference.config if reference is not None else None)
         now = time.perf_counter()
         elapsed, last = now - last, now
         record = _record(metrics, sums, position, lr, elapsed, flops_per_token, peak,
                          context.get_world_size(), cfg.dpo.rpo_alpha > 0)
         record.update(mch_auroc=rounded(running_auroc.value()), batches=gathered["batches"])
+        if anchor:
+            record.update(anchor=anchor_record(anchor_metrics, device),
+                          anchor_batches=gathered["anchor_batches"])
         reports.step(record)
     reports.close()
 

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from trainer.checkpoints import Position, StepReports, resume_directory, resumed_stream
 from trainer.collate import Collate, Documents
@@ -35,7 +34,7 @@ from trainer.contract import ACT, ERROR
 from trainer.curriculum import CurriculumSampler
 from trainer.data import DataSettings, build_dataset as build_stream, lm_complexities
 from trainer.distributed import any_rank, gather_lists, reduce_metrics, start_worker
-from trainer.engines import DDPEngine, world_size
+from trainer.engines import DDPEngine, average_gradients
 from trainer.losses import (LossSettings, TeacherSignal, balanced_mch_loss, make_loss_fn,
                             pcgrad_combine)
 from trainer.metrics import RunningAUROC, peak_flops, rounded, train_flops_per_token
@@ -126,10 +125,11 @@ def embedding_mode(cfg: TrainConfig, batch: dict[str, torch.Tensor],
 
 
 def forward_backward(cfg: TrainConfig, engine: Any, batch: dict[str, torch.Tensor],
-                     teacher: AgentQwen2ForCausalLM | None,
+                     teacher: AgentQwen2ForCausalLM | None, scale: float = 1.0,
                      ) -> tuple[dict[str, float], dict[str, list]]:
-    """One micro-batch: losses, gradients; returns scalar metrics of this rank and the MCH
-    scores of its labelled steps (taken before this step's update)."""
+    """One micro-batch: losses, gradients (of `scale` x the loss: the DPO recipe's anchor
+    weight); returns scalar metrics of this rank (unscaled) and the MCH scores of its
+    labelled steps (taken before this step's update)."""
     settings = LossSettings(cfg.loss.objective, cfg.loss.lambda_reason, cfg.loss.lambda_act,
                             cfg.loss.temperature, cfg.loss.chunk_size, cfg.loss.recompute_chunks)
     loss_fn = make_loss_fn(batch["input_ids"], batch["span_ids"],
@@ -155,7 +155,7 @@ def forward_backward(cfg: TrainConfig, engine: Any, batch: dict[str, torch.Tenso
     if cfg.loss.pcgrad:
         metrics["pcgrad_conflict"] = float(_pcgrad_backward(cfg, engine, parts, extra))
     else:
-        engine.backward(out.loss + extra)
+        engine.backward(scale * (out.loss + extra))
     parts = {name: value.detach() for name, value in parts.items()}
     labels = scored["mch_step_labels"]
     correct = sum((score > 0) == (label == 1) for score, label in zip(scored["mch_scores"], labels))
@@ -200,9 +200,7 @@ def _pcgrad_backward(cfg: TrainConfig, engine: DDPEngine, parts: dict[str, torch
         combined = [g if o is None else (o if g is None else g + o) for g, o in zip(combined, grads_o)]
     for param, grad in zip(params, combined):
         param.grad = torch.zeros_like(param) if grad is None else grad.detach()
-        if world_size() > 1:
-            dist.all_reduce(param.grad)
-            param.grad /= world_size()
+    average_gradients(params)
     return conflict
 
 
