@@ -4,7 +4,8 @@ Topology (readable here, in one place):
 
     driver:  TrainConfig -> recipe (`recipe:`, trainer.recipes) -> its Ray Data stream over
              OUT/ (sad: trainer.data; dpo: trainer.readers.preferences, after the reference
-             pass when dpo.reference is precomputed; ppo: none) -> TorchTrainer
+             pass when dpo.reference is precomputed, + trainer.data's as "anchor" with
+             dpo.anchor_weight; ppo: none) -> TorchTrainer
     workers: `scaling.num_workers` x TorchTrainer worker (`cpus_per_worker` CPUs, a GPU each
              with use_gpu) running the recipe's train_loop_per_worker; gloo on CPU, NCCL on
              GPU; DDP or DeepSpeed ZeRO inside; ppo: each worker also starts its rollout
