@@ -26,12 +26,7 @@ from trainer.collate import Collate, Documents
 from trainer.config import TrainConfig
 from trainer.distributed import reduce_metrics
 from trainer.metrics import train_flops_per_token
-from trainer.recipes.sad import SUMMED, build_dataset, forward_backward, load_teacher
-
-
-def build_anchor_dataset(cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
-    """The anchor's Ray Data stream: recipe 'sad''s, from the same config."""
-    return build_dataset(cfg)
+from trainer.recipes.sad import SUMMED, forward_backward, load_teacher
 
 
 @dataclass
@@ -49,7 +44,8 @@ class Anchor:
               device: torch.device) -> "Anchor":
         collate = Collate(pad_id, with_topk=cfg.loss.teacher == "topk",
                           pack_to=cfg.data.max_seq_len if cfg.data.packing else None)
-        stream = resumed_stream(position, collate.documents,
+        stream = resumed_stream(position.anchor_epoch, position.anchor_batch_in_epoch,
+                                collate.documents,
                                 "the anchor stream yields no batch: no trajectory has a "
                                 "REASON/ACT token within data.max_seq_len", dataset="anchor")
         return cls(cfg, collate, load_teacher(cfg, device), stream)

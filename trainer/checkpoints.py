@@ -110,18 +110,15 @@ class StepReports:
             self.bar.close()
 
 
-def resumed_stream(start: Position, convert: Callable[[dict], Item], empty_message: str,
-                   dataset: str = "train") -> Iterator[tuple[int, int, Item]]:
+def resumed_stream(start_epoch: int, start_batch: int, convert: Callable[[dict], Item],
+                   empty_message: str, dataset: str = "train",
+                   ) -> Iterator[tuple[int, int, Item]]:
     """(epoch, batch index, converted stream row) forever from this worker's shard of
     `dataset`, one stream row per micro-batch, skipping what a resumed run already consumed
-    (the "anchor" stream counts in the position's anchor_* fields)."""
+    (the first `start_batch` rows of epoch `start_epoch`)."""
     import ray.train
 
     shard = ray.train.get_dataset_shard(dataset)
-    if dataset == "anchor":
-        start_epoch, start_batch = start.anchor_epoch, start.anchor_batch_in_epoch
-    else:
-        start_epoch, start_batch = start.epoch, start.batch_in_epoch
     epoch = start_epoch
     while True:
         seen = 0

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from trainer.anchor import Anchor, add_anchor, anchor_record, build_anchor_dataset
+from trainer.anchor import Anchor, add_anchor, anchor_record
 from trainer.checkpoints import Position, StepReports, resume_directory, resumed_stream
 from trainer.config import TrainConfig
 from trainer.distributed import flatten, gather_lists, reduce_metrics, start_worker, unflatten
@@ -50,7 +50,7 @@ from trainer.pair_batches import Pairs
 from trainer.pair_collate import batch_hash, pair_tensors
 from trainer.preference_loss import PreferenceSettings, make_preference_loss_fn
 from trainer.readers.preferences import PairSettings, build_pair_dataset
-from trainer.recipes.sad import mch_scores
+from trainer.recipes.sad import build_dataset as build_trajectory_stream, mch_scores
 from trainer.reference import (build_reference, precompute_reference, preference_settings,
                                reference_logps)
 from trainer.student import round_up, start_student
@@ -105,7 +105,7 @@ def build_dataset(cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
     pairs, info = build_pair_dataset(pair_settings(cfg, reference_dir))
     if not cfg.anchored:
         return pairs, info
-    anchor, anchor_info = build_anchor_dataset(cfg)
+    anchor, anchor_info = build_trajectory_stream(cfg)  # recipe sad's, same config
     return {"train": pairs, "anchor": anchor}, {**info, "anchor": anchor_info}
 
 
@@ -198,7 +198,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     trained = [p for p in engine.unwrapped.parameters() if p.requires_grad]
     engine.unwrapped.train()
     last = time.perf_counter()
-    stream = resumed_stream(position, Pairs.from_batch_row,
+    stream = resumed_stream(position.epoch, position.batch_in_epoch, Pairs.from_batch_row,
                             f"the dataset yields no pair: none of sources {list(sources)} "
                             f"fits data.max_seq_len")
     while position.step < cfg.run.max_steps:

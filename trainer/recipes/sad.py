@@ -226,7 +226,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     running_auroc = RunningAUROC(cfg.run.mch_auroc_window)
     engine.unwrapped.train()
     last = time.perf_counter()
-    stream = resumed_stream(position, collate.documents,
+    stream = resumed_stream(position.epoch, position.batch_in_epoch, collate.documents,
                             "the dataset yields no batch: no trajectory (or repair) has a "
                             "REASON/ACT token within data.max_seq_len")
     while position.step < cfg.run.max_steps:
