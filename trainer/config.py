@@ -190,8 +190,10 @@ class DPOConfig(StrictModel):
     anchor_weight: float = Field(0.0, ge=0, description="weight of a SAD loss on trajectory "
                                  "micro-batches added to every DPO step (PPO-ptx style: it keeps "
                                  "the agent the pairs alone would cost); 0 = off. The anchor "
-                                 "stream reads the data section (tables, batch_size, mch_rows) "
+                                 "stream reads the data section (tables, mch_rows, packing) "
                                  "and the loss section as recipe 'sad' does")
+    anchor_batch_size: int = Field(2, ge=1, le=MAX_BATCH, description="trajectories per anchor "
+                                   "micro-batch per worker (recipe sad's data.batch_size)")
 
     @field_validator("kind_weights")
     @classmethod
@@ -403,6 +405,10 @@ class TrainConfig(StrictModel):
     def _dpo(self) -> "TrainConfig":
         if self.recipe != "dpo":
             return self
+        if self.data.batch_size != DataConfig().batch_size:  # read by neither of DPO's streams
+            raise ValueError("data.batch_size is read by recipe 'sad' only (recipe 'dpo' reads "
+                             "dpo.batch_size: pairs, and dpo.anchor_batch_size: the anchor's "
+                             "trajectories)")
         if self.anchored:  # the anchor stream reads the data section as recipe 'sad' does
             if self.scaling.strategy == "deepspeed":
                 raise ValueError("dpo.anchor_weight adds a second backward pass to each step; "

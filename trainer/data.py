@@ -211,7 +211,7 @@ def build_dataset(settings: DataSettings) -> tuple[Any, dict[str, Any]]:
     dataset = dataset.map_batches(training_batches, fn_kwargs={"settings": settings},
                                   batch_format="pyarrow",
                                   batch_size=settings.batch_size * settings.bucket_pool_batches)
-    info = {"trajectory_shards": len(layout.trajectory_files),
+    info = {"trajectory_shards": len(layout.trajectory_files), "batch_size": settings.batch_size,
             "tokenised_in_shards": layout.has_tokens, "teacher_topk": settings.read_topk,
             "negative_shards": len(layout.negative_pairs) if with_negatives else 0,
             "repair_shards": len(layout.repair_pairs) if "repairs" in settings.tables else 0,

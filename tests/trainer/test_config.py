@@ -109,12 +109,15 @@ def test_a_dpo_section_needs_recipe_dpo():
 
 def test_an_anchored_dpo_reads_the_data_and_loss_sections():
     cfg = load_config(ROOT / "configs" / "dpo_tiny.yaml", [
-        "dpo.anchor_weight=0.5", "data.batch_size=2", "data.tables=[trajectories, safety]",
-        "loss.lambda_act=2"])
-    assert cfg.anchored and cfg.data.batch_size == 2 and cfg.loss.lambda_act == 2
-    assert not load_config(ROOT / "configs" / "dpo_tiny.yaml").anchored
+        "dpo.anchor_weight=0.5", "dpo.anchor_batch_size=3", "data.tables=[trajectories, safety]",
+        "data.mch_rows=2", "loss.lambda_act=2"])
+    assert cfg.anchored and cfg.dpo.anchor_batch_size == 3 and cfg.loss.lambda_act == 2
+    assert cfg.data.mch_rows == 2
+    unanchored = load_config(ROOT / "configs" / "dpo_tiny.yaml", ["dpo.anchor_weight=0"])
+    assert not unanchored.anchored  # the shipped file's data section is read by the anchor only
     for override, message in [("loss.pcgrad=true", "loss.pcgrad is not supported on the DPO anchor"),
-                              ("curriculum.enabled=true", "section 'curriculum' belongs to another")]:
+                              ("curriculum.enabled=true", "section 'curriculum' belongs to another"),
+                              ("data.batch_size=2", "dpo.anchor_batch_size: the anchor's")]:
         with pytest.raises(ConfigError, match=message):
             load_config(ROOT / "configs" / "dpo_tiny.yaml", ["dpo.anchor_weight=0.5", override])
 

@@ -277,6 +277,17 @@ def test_bad_configs_fail_before_any_work_naming_the_field(tmp_path, loop_tokeni
     assert not (tmp_path / "loop").exists()  # nothing was started
 
 
+def test_the_loops_dpo_phase_runs_without_the_trajectory_anchor(tmp_path):
+    """The shipped DPO config anchors on trajectories; in a round those are the student's own
+    rollouts, so the loop's DPO phase turns the anchor off (it trains on the repair pairs)."""
+    from trainer.loop.train import dpo_train_config
+
+    config = load_loop_config(ROOT / "configs" / "loop_tiny.yaml", [
+        "dpo.enabled=true", f"dpo.config={ROOT / 'configs' / 'dpo_tiny.yaml'}"])
+    dpo = dpo_train_config(config, tmp_path / "data", tmp_path / "dpo", str(tmp_path / "start"))
+    assert dpo.recipe == "dpo" and not dpo.anchored and dpo.dpo.sources == ("repair",)
+
+
 def test_a_second_loop_in_a_held_out_is_refused_naming_the_first(tmp_path, loop_tokenizer,
                                                                   capsys, monkeypatch):
     """Two loops in one OUT would run the same round's phases twice at once: the second is

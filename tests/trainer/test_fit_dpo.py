@@ -1,9 +1,9 @@
 """The chain SAD -> DPO as Ray Train jobs on CPU: a short SAD run, then `recipe: dpo` from
 its run directory (configs/dpo_tiny.yaml) writes per-step preference metrics overall and per
-source; a rerun resumes the step count without training a micro-batch twice; the 32B
-recipe's path (precomputed reference, DeepSpeed ZeRO-3 with its CPU accelerator) starts at
-the frozen copy's loss; a trajectory anchor (dpo.anchor_weight) adds a SAD loss on a second
-stream, which a rerun resumes in place too."""
+source; the 32B recipe's path (precomputed reference, DeepSpeed ZeRO-3 with its CPU
+accelerator) starts at the frozen copy's loss; the trajectory anchor (dpo.anchor_weight, on in
+the shipped file) adds a SAD loss on a second stream, and a rerun resumes the step count and
+both streams in place without training a micro-batch twice."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ SMALL = ["run.progress=false", "model.use_landmark=false", "data.max_seq_len=153
          "optim.warmup_steps=2", "optim.lr=3e-3"]
 # the shipped tiny recipe trains repair + safety pairs with RPO; these tests cover every source
 ALL_SOURCES = ["dpo.sources=[negative, repair, safety]", "dpo.rpo_alpha=0"]
+PLAIN = ["dpo.anchor_weight=0"]  # preference pairs alone
+ANCHOR = ["dpo.anchor_weight=2.0"]
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +49,8 @@ def dpo_run(sad_run, pipeline_out, trainer_tokenizer, tmp_path_factory):
     from trainer.fit import fit
 
     run_dir = tmp_path_factory.mktemp("chain") / "dpo"
-    result = fit(_dpo_config(run_dir, sad_run, pipeline_out, trainer_tokenizer, FIRST_STEPS))
+    result = fit(_dpo_config(run_dir, sad_run, pipeline_out, trainer_tokenizer, FIRST_STEPS,
+                             *PLAIN))
     return run_dir, result, read_metrics(run_dir / "metrics.jsonl")
 
 
@@ -72,24 +75,6 @@ def test_dpo_from_a_sad_checkpoint_writes_preference_metrics(dpo_run, sad_run):
     assert {"config.json", "model.safetensors", "trainer_state.pt"} <= {p.name for p in checkpoint.iterdir()}
 
 
-def test_rerun_resumes_without_training_a_batch_twice(dpo_run, sad_run, pipeline_out,
-                                                      trainer_tokenizer):
-    from trainer.fit import fit
-
-    run_dir, _, before = dpo_run
-    fit(_dpo_config(run_dir, sad_run, pipeline_out, trainer_tokenizer, RESUMED_STEPS))
-    records = read_metrics(run_dir / "metrics.jsonl")
-    assert [r["step"] for r in records] == list(range(1, RESUMED_STEPS + 1))
-    assert records[:FIRST_STEPS] == before
-    first_leg = {h for r in before for h in r["batches"]}
-    resumed = [h for r in records[FIRST_STEPS:] for h in r["batches"]]
-    assert len(resumed) == RESUMED_STEPS - FIRST_STEPS and not set(resumed) & first_leg
-    assert records[FIRST_STEPS]["epoch"] == 0  # the same epoch, continued
-    # the schedule continues (warmup 2, cosine to step 5, floor 0.1): step 4 runs at factor
-    # 0.1 + 0.9 * (1 + cos(pi / 3)) / 2 = 0.775 of 3e-3; a restarted warmup would give 0.5
-    assert records[FIRST_STEPS]["lr"] == pytest.approx(3e-3 * 0.775)
-
-
 def test_zero3_with_a_precomputed_reference_starts_at_the_frozen_copys_loss(
         sad_run, pipeline_out, trainer_tokenizer, tmp_path):
     pytest.importorskip("deepspeed")
@@ -103,16 +88,13 @@ def test_zero3_with_a_precomputed_reference_starts_at_the_frozen_copys_loss(
     # safety pairs only: the reference pass scores every pair it trains on (CPU time)
     result = fit(_dpo_config(run_dir, sad_run, pipeline_out, trainer_tokenizer, 1,
                              "dpo.reference=precomputed", f"dpo.reference_dir={cache}",
-                             "dpo.sources=[safety]", "scaling.strategy=deepspeed",
+                             "dpo.sources=[safety]", "scaling.strategy=deepspeed", *PLAIN,
                              f"scaling.deepspeed_config={ds_json}"))
     records = read_metrics(run_dir / "metrics.jsonl")
     assert result.data["reference"] == "precomputed" and (cache / "_COMPLETE").exists()
     assert [r["step"] for r in records] == [1] and records[0]["sources"]["safety"]["pairs"] == 2
     assert records[0]["dpo_loss"] == pytest.approx(math.log(2), abs=1e-4)
     assert (Path(result.checkpoint) / "model.safetensors").exists()  # gathered from the shards
-
-
-ANCHOR = ["dpo.anchor_weight=2.0", "data.batch_size=2"]
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +110,9 @@ def anchored_run(sad_run, pipeline_out, trainer_tokenizer, tmp_path_factory):
 def test_anchor_adds_a_sad_loss_on_trajectories_to_each_step(anchored_run, dpo_run):
     _, result, records = anchored_run
     _, _, plain = dpo_run
+    # dpo.anchor_batch_size (2) trajectories per anchor micro-batch, not data.batch_size (4)
     assert result.data["anchor"]["tables"] == ["trajectories"]
+    assert result.data["anchor"]["batch_size"] == 2
     for record in records:
         anchor = record["anchor"]
         assert anchor["reason_tokens"] > 0 and anchor["act_tokens"] > 0
@@ -153,7 +137,11 @@ def test_anchored_rerun_resumes_both_streams_in_place(anchored_run, sad_run, pip
     records = read_metrics(run_dir / "metrics.jsonl")
     assert [r["step"] for r in records] == list(range(1, RESUMED_STEPS + 1))
     assert records[:FIRST_STEPS] == before
-    for stream in ("batches", "anchor_batches"):
+    for stream in ("batches", "anchor_batches"):  # the pairs and the anchor's trajectories
         first_leg = {h for r in before for h in r[stream]}
         resumed = [h for r in records[FIRST_STEPS:] for h in r[stream]]
         assert len(resumed) == RESUMED_STEPS - FIRST_STEPS and not set(resumed) & first_leg
+    assert records[FIRST_STEPS]["epoch"] == 0  # the same epoch, continued
+    # the schedule continues (warmup 2, cosine to step 5, floor 0.1): step 4 runs at factor
+    # 0.1 + 0.9 * (1 + cos(pi / 3)) / 2 = 0.775 of 3e-3; a restarted warmup would give 0.5
+    assert records[FIRST_STEPS]["lr"] == pytest.approx(3e-3 * 0.775)

@@ -117,7 +117,8 @@ def test_dpo_on_an_s3_out_keeps_its_reference_log_probs_beside_the_data(
     settings = [f"run_dir={run_dir}", f"shards={s3_out}", f"tokenizer={trainer_tokenizer}",
                 f"model.init_from={sad_dir}", "run.max_steps=2", "run.save_every=2",
                 "run.progress=false", "data.max_seq_len=1536", "dpo.sources=[safety]",
-                "dpo.rpo_alpha=0", "dpo.batch_size=2", "dpo.reference=precomputed"]
+                "dpo.rpo_alpha=0", "dpo.batch_size=2", "dpo.reference=precomputed",
+                "dpo.anchor_weight=0"]  # the trajectory stream from s3:// is the SAD test's
     result = subprocess.run(fit_command(ray_head, "dpo_tiny.yaml", *settings), cwd=ROOT,
                             env=job_env(ray_head, s3), capture_output=True, text=True,
                             timeout=600)

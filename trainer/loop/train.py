@@ -32,8 +32,10 @@ def student_train_config(config: LoopConfig, mix: Path, run_dir: Path,
 
 def dpo_train_config(config: LoopConfig, data: Path, run_dir: Path,
                      checkpoint: str) -> TrainConfig:
+    # no trajectory anchor: the round's trajectories are the student's own rollouts, and an
+    # anchor would distill them, mistakes included
     return load_config(config.dpo.config, [
-        *config.dpo.set, f"run_dir={run_dir}", f"shards={data}",
+        "dpo.anchor_weight=0", *config.dpo.set, f"run_dir={run_dir}", f"shards={data}",
         f"model.init_from={checkpoint}", f"run.max_steps={config.dpo.steps}",
         "dpo.sources=[repair]", "dpo.source_weights={}", "dpo.reference_model=null"])
 

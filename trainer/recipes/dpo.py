@@ -105,7 +105,8 @@ def build_dataset(cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
     pairs, info = build_pair_dataset(pair_settings(cfg, reference_dir))
     if not cfg.anchored:
         return pairs, info
-    anchor, anchor_info = build_trajectory_stream(cfg)  # recipe sad's, same config
+    # recipe sad's stream from the same data section, dpo.anchor_batch_size trajectories each
+    anchor, anchor_info = build_trajectory_stream(cfg, cfg.dpo.anchor_batch_size)
     return {"train": pairs, "anchor": anchor}, {**info, "anchor": anchor_info}
 
 

@@ -48,9 +48,12 @@ SUMMED = {"tokens", "lm_tokens", "slots", "reason_tokens", "act_tokens", "mch_st
 
 # -- driver side ---------------------------------------------------------------------------
 
-def data_settings(cfg: TrainConfig) -> DataSettings:
+def data_settings(cfg: TrainConfig, batch_size: int | None = None) -> DataSettings:
+    """The trajectory stream's settings from the data section; `batch_size` replaces
+    data.batch_size (the DPO anchor's dpo.anchor_batch_size)."""
     return DataSettings(shards=cfg.shards, tokenizer=cfg.tokenizer,
-                        max_seq_len=cfg.data.max_seq_len, batch_size=cfg.data.batch_size,
+                        max_seq_len=cfg.data.max_seq_len,
+                        batch_size=batch_size or cfg.data.batch_size,
                         mch_rows=cfg.data.mch_rows,
                         bucket_pool_batches=cfg.data.bucket_pool_batches,
                         use_mch=cfg.model.use_mch, tables=tuple(cfg.data.tables),
@@ -61,8 +64,8 @@ def data_settings(cfg: TrainConfig) -> DataSettings:
                         consistency=cfg.data.consistency)
 
 
-def build_dataset(cfg: TrainConfig) -> tuple[Any, dict[str, Any]]:
-    return build_stream(data_settings(cfg))
+def build_dataset(cfg: TrainConfig, batch_size: int | None = None) -> tuple[Any, dict[str, Any]]:
+    return build_stream(data_settings(cfg, batch_size))
 
 
 def loop_extras(cfg: TrainConfig, dataset: Any) -> dict[str, Any]:
