@@ -115,7 +115,8 @@ class DPOSection(StrictModel):
 
     enabled: bool = Field(False, description="run DPO on the round's repair pairs")
     config: str | None = Field(None, description="trainer fit YAML with recipe dpo "
-                               "(configs/dpo_tiny.yaml); init_from and shards are set per round")
+                               "(configs/dpo_tiny.yaml); init_from and shards are set per "
+                               "round, the trajectory anchor off (dpo.anchor_weight=0)")
     set: list[str] = Field(default_factory=list, description="key=value overrides of it")
     steps: int = Field(20, ge=1, description="DPO optimizer steps per round")
 
