@@ -190,7 +190,8 @@ class DPOConfig(StrictModel):
     anchor_weight: float = Field(0.0, ge=0, description="weight of a SAD loss on trajectory "
                                  "micro-batches added to every DPO step (PPO-ptx style: it keeps "
                                  "the agent the pairs alone would cost); 0 = off. The anchor "
-                                 "stream reads the data section (tables, mch_rows, packing) "
+                                 "stream reads the data section (tables, table_weights, mch_rows, "
+                                 "bucket_pool_batches, packing) "
                                  "and the loss section as recipe 'sad' does")
     anchor_batch_size: int = Field(2, ge=1, le=MAX_BATCH, description="trajectories per anchor "
                                    "micro-batch per worker (recipe sad's data.batch_size)")
@@ -358,6 +359,9 @@ class ScalingConfig(StrictModel):
         return self
 
 
+# what the DPO anchor's trajectory stream reads of the data section (not batch_size: its own
+# is dpo.anchor_batch_size)
+ANCHOR_DATA_FIELDS = ("tables", "table_weights", "mch_rows", "bucket_pool_batches", "packing")
 RECIPE_SECTIONS = {"sad": ("loss", "curriculum"), "dpo": ("dpo",), "ppo": ("ppo",)}
 
 
@@ -405,19 +409,19 @@ class TrainConfig(StrictModel):
     def _dpo(self) -> "TrainConfig":
         if self.recipe != "dpo":
             return self
-        if self.data.batch_size != DataConfig().batch_size:  # read by neither of DPO's streams
-            raise ValueError("data.batch_size is read by recipe 'sad' only (recipe 'dpo' reads "
-                             "dpo.batch_size: pairs, and dpo.anchor_batch_size: the anchor's "
-                             "trajectories)")
-        if self.anchored:  # the anchor stream reads the data section as recipe 'sad' does
+        # the anchor stream reads the data section as recipe 'sad' does, but its batch size
+        # from dpo.anchor_batch_size: data.batch_size is read by neither stream
+        self._refuse_sad_data_fields(
+            "reads dpo.batch_size, dpo.bucket_pool_batches: pairs, and dpo.anchor_batch_size: "
+            "the anchor's trajectories"
+            + ("" if self.anchored else "; set dpo.anchor_weight for a trajectory anchor"),
+            read=ANCHOR_DATA_FIELDS if self.anchored else ())
+        if self.anchored:
             if self.scaling.strategy == "deepspeed":
                 raise ValueError("dpo.anchor_weight adds a second backward pass to each step; "
                                  "not with deepspeed (its engine steps after one backward)")
             if self.loss.pcgrad:
                 raise ValueError("loss.pcgrad is not supported on the DPO anchor (dpo.anchor_weight)")
-        else:
-            self._refuse_sad_data_fields("reads dpo.batch_size and dpo.bucket_pool_batches; "
-                                         "set dpo.anchor_weight for a trajectory anchor")
         reference = self.dpo.reference_model or self.model.init_from
         if self.dpo.reference == "precomputed" and reference is None:
             raise ValueError("dpo.reference 'precomputed' needs a checkpoint: dpo.reference_model "
@@ -439,15 +443,15 @@ class TrainConfig(StrictModel):
         self._refuse_sad_data_fields("reads data.max_seq_len and the ppo section")
         return self
 
-    def _refuse_sad_data_fields(self, what_it_reads: str) -> None:
-        """Recipes other than sad read only data.max_seq_len: a data field of SAD's set to
-        something else would be ignored silently."""
-        if self.data.packing:
+    def _refuse_sad_data_fields(self, what_it_reads: str, read: tuple[str, ...] = ()) -> None:
+        """Recipes other than sad read only data.max_seq_len and the fields in `read`: a data
+        field of SAD's set to something else would be ignored silently."""
+        if self.data.packing and "packing" not in read:
             raise ValueError(f"data.packing is not supported by recipe {self.recipe!r}")
         defaults = DataConfig()
         sad_only = [name for name in ("tables", "table_weights", "mch_rows", "batch_size",
                                       "bucket_pool_batches")
-                    if getattr(self.data, name) != getattr(defaults, name)]
+                    if name not in read and getattr(self.data, name) != getattr(defaults, name)]
         if sad_only:
             raise ValueError(f"data.{sad_only[0]} is read by recipe 'sad' only (recipe "
                              f"{self.recipe!r} {what_it_reads})")
