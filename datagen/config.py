@@ -205,8 +205,8 @@ class PreferencesConfig(StrictModel):
         "`prompt_text`); compact: a negative or repair pair (96% of pairs in the demo) "
         "stores only `prompt_messages` / `prompt_chars`, how much of its trajectory's "
         "`messages` / `text` the prompt is, and `datagen.readers.load_preferences` joins the "
-        "prompt back from trajectories/ and repairs/. About half the preference bytes; the "
-        "project's trainer reads the full layout only")
+        "prompt back from trajectories/ and repairs/, as the project's trainer does. About "
+        "half the preference bytes")
 
 
 class GenerateConfig(StrictModel):

@@ -148,6 +148,7 @@ def precompute_reference(cfg: TrainConfig, settings: PairSettings) -> str:
     now unless a complete one for the same key exists."""
     import ray
 
+    from trainer.readers.compact_prompts import is_compact, join_stage
     from trainer.readers.preferences import pair_table, preference_files
 
     key = reference_key(cfg)
@@ -165,6 +166,8 @@ def precompute_reference(cfg: TrainConfig, settings: PairSettings) -> str:
     if kept_only(cfg.shards, settings.consistency):  # only the pairs the run trains on
         dataset = dataset.map_batches(kept_pairs, fn_kwargs={"root": str(cfg.shards)},
                                       batch_format="pyarrow", batch_size=None)
+    if is_compact(files[0]):  # preferences.layout: compact
+        dataset = join_stage(dataset, cfg.shards)
     dataset = dataset.map_batches(pair_table, fn_kwargs={"settings": settings},
                                   batch_format="pyarrow", batch_size=256)
     dataset = dataset.map_batches(

@@ -4,6 +4,7 @@ layout's rows."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -90,22 +91,107 @@ def test_the_default_layout_keeps_the_fingerprint_a_compact_one_changes_it():
     assert fingerprint(default) != fingerprint(compact)
 
 
-def test_the_trainer_refuses_the_compact_layout_by_name(outs):
-    from trainer.readers.preferences import preference_files
+@pytest.fixture(scope="module")
+def layout_tokenizer(outs, tmp_path_factory) -> Path:
+    from tests.conftest import load_script
 
-    assert preference_files(outs["full"])
-    with pytest.raises(ValueError, match="preferences.layout: compact"):
-        preference_files(outs["compact"])
+    directory = tmp_path_factory.mktemp("layout_tokenizer")
+    assert load_script("scripts/build_tokenizer.py").main([
+        "--shards", str(outs["full"] / "trajectories"), "--out", str(directory),
+        "--vocab-size", "1000"]) == 0
+    return directory
 
 
-def test_sad_mch_negatives_refuse_the_compact_layout_by_name(outs):
+def _with_path(shard: Path) -> pa.Table:
+    table = pq.read_table(shard)
+    return table.append_column("path", pa.array([str(shard)] * table.num_rows, pa.string()))
+
+
+def test_the_trainer_joins_compact_prompts_back_to_the_full_layouts_text(outs, tmp_path):
+    from trainer.contract import PREFERENCE_COLUMNS
+    from trainer.readers.compact_prompts import joined_prompts
+
+    columns = list(PREFERENCE_COLUMNS)
+    for full_shard, compact_shard in zip(_shards(outs["full"], "preferences"),
+                                         _shards(outs["compact"], "preferences"), strict=True):
+        joined = joined_prompts(_with_path(compact_shard), str(outs["compact"]))
+        assert "prompt_chars" not in joined.column_names
+        assert joined.select(columns).equals(pq.read_table(full_shard, columns=columns))
+        full = _with_path(full_shard)
+        assert joined_prompts(full, str(outs["full"])) is full  # the full layout passes as is
+    copy = tmp_path / "out"
+    shutil.copytree(outs["compact"], copy)
+    for shard in _shards(copy, "repairs"):  # repair pairs' conversations are in repairs/
+        shard.unlink()
+    with pytest.raises(ValueError, match="refers to conversation .* compact needs"):
+        joined_prompts(_with_path(_shards(copy, "preferences")[0]), str(copy))
+
+
+def _pair_stream(out: Path, tokenizer: Path) -> tuple[dict[str, tuple], dict]:
+    """The DPO feed's pairs by id (source, token ids, span labels) and the stream's info."""
+    from trainer.pair_batches import Pairs
+    from trainer.readers.preferences import PairSettings, build_pair_dataset
+
+    dataset, info = build_pair_dataset(PairSettings(shards=str(out), tokenizer=str(tokenizer),
+                                                    max_seq_len=4096))
+    pairs, dropped = {}, 0
+    for row in dataset.iter_batches(batch_size=1, batch_format="numpy"):
+        batch = Pairs.from_batch_row(row)
+        dropped += batch.too_long + batch.empty
+        for i, pair_id in enumerate(batch.ids):
+            pairs[pair_id] = (batch.sources[i], *(list(getattr(batch, part)[i]) for part in (
+                "prompt_ids", "chosen_ids", "rejected_ids", "prompt_spans", "chosen_spans")))
+    return pairs, {**info, "dropped": dropped}
+
+
+def test_the_dpo_pair_stream_is_the_same_for_both_layouts(ray_head, outs, layout_tokenizer):
+    full, full_info = _pair_stream(outs["full"], layout_tokenizer)
+    compact, compact_info = _pair_stream(outs["compact"], layout_tokenizer)
+    assert compact == full and compact_info == full_info
+    assert {pair[0] for pair in full.values()} == {"negative", "repair", "safety"}
+    assert len(full) + full_info["dropped"] == sum(  # every pair once, trained or dropped
+        pq.read_metadata(shard).num_rows for shard in _shards(outs["full"], "preferences"))
+
+
+def test_sad_mch_negatives_are_the_same_for_both_layouts(outs, layout_tokenizer):
     from trainer.documents import ReadSettings
     from trainer.readers.preferences import negative_documents
 
-    shard = outs["compact"] / "trajectories" / "part-000000.parquet"
-    table = pq.read_table(shard, columns=["id", "success"])
-    table = table.append_column("path", pa.array([str(shard)] * table.num_rows))
-    settings = ReadSettings(tokenizer="unused", max_seq_len=64, use_mch=True, read_topk=False,
-                            complexity_weights=(1.0, 0.0, 0.0))
-    with pytest.raises(ValueError, match="preferences.layout: compact"):
-        negative_documents(table, settings, 4, {})
+    settings = ReadSettings(tokenizer=str(layout_tokenizer), max_seq_len=4096, use_mch=True,
+                            read_topk=False, complexity_weights=(1.0, 0.0, 0.0))
+    documents = {}
+    for layout, out in outs.items():
+        shard = _shards(out, "trajectories")[0]
+        table = pq.read_table(shard, columns=["id", "success"])
+        table = table.append_column("path", pa.array([str(shard)] * table.num_rows))
+        rows = negative_documents(table, settings, 6, {})
+        documents[layout] = [[list(value) for value in rows.columns[name]]
+                             for name in ("input_ids", "span_ids", "mch_positions", "mch_labels")]
+    assert len(documents["full"][0]) == 6 and documents["compact"] == documents["full"]
+
+
+def test_dpo_reference_log_probs_are_the_same_for_both_layouts(ray_head, outs, layout_tokenizer,
+                                                               tmp_path):
+    """`dpo.reference: precomputed` scores the compact layout's pairs with their prompts
+    joined back: the same log-probs per pair as from the full layout."""
+    import numpy as np
+
+    from tests.trainer.test_dpo import _checkpoint, _config
+    from trainer.recipes.dpo import pair_settings
+    from trainer.reference import precompute_reference
+
+    start = _checkpoint(tmp_path, layout_tokenizer)
+    scores = {}
+    for layout, out in outs.items():
+        copy = tmp_path / layout
+        shutil.copytree(out, copy)
+        cfg = _config(copy, layout_tokenizer, start, "dpo.reference=precomputed",
+                      "dpo.reference_batch_size=8", "dpo.sources=[repair]")
+        directory = Path(precompute_reference(cfg, pair_settings(cfg, None)))
+        table = pa.concat_tables(pq.read_table(p) for p in sorted(directory.glob("part-*")))
+        scores[layout] = {row["id"]: (row["ref_chosen"], row["ref_rejected"])
+                          for row in table.to_pylist()}
+    assert scores["compact"].keys() == scores["full"].keys() and len(scores["full"]) >= 5
+    ids = sorted(scores["full"])
+    np.testing.assert_allclose([scores["compact"][i] for i in ids],
+                               [scores["full"][i] for i in ids], rtol=1e-5, atol=1e-5)

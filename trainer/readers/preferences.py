@@ -28,17 +28,13 @@ from trainer import pair_batches, pair_weights, tokens
 from trainer.contract import PREFERENCE_COLUMNS, TOOL_CALL_OPEN, chat_spans
 from trainer.documents import DocumentRows, ReadSettings, paired_rows
 from trainer.pair_weights import KindWeights
+from trainer.readers.compact_prompts import (COMPACT_MARKER, conversation_texts, is_compact,
+                                             join_stage, with_prompt_text)
 from trainer.readers.consistency import (ConsistencyMode, filter_counts, kept_only, kept_pairs,
                                          log_counts)
 from trainer.shard_files import check_footers, exists, is_uri, join, part_files
 
 NEGATIVE_SOURCE = "negative"
-# `preferences.layout: compact` (datagen) leaves a negative pair's prompt_text null and
-# records its length in its trajectory's text instead: this reader needs the full layout.
-COMPACT_MARKER = "prompt_chars"
-COMPACT_REFUSED = ("{root}/preferences was written with preferences.layout: compact (negative "
-                   "pairs without prompt_text); the trainer reads the full layout: regenerate "
-                   "with preferences.layout: full")
 REFERENCE_COLUMNS = ("id", "ref_chosen", "ref_rejected")
 
 
@@ -214,8 +210,6 @@ def preference_files(shards: str | Path) -> list[str]:
     missing = [c for c in PREFERENCE_COLUMNS if c not in names]
     if missing:
         raise ValueError(f"{files[0]} lacks required columns {missing}")
-    if COMPACT_MARKER in names:
-        raise ValueError(COMPACT_REFUSED.format(root=root))
     return files
 
 
@@ -244,13 +238,17 @@ def build_pair_dataset(settings: PairSettings) -> tuple[Any, dict[str, Any]]:
         raise ValueError(f"{settings.shards}/preferences holds no pairs of sources "
                          f"{list(settings.sources)}" + (" of rollouts the consistency filter "
                          "kept" if filtered is not None else "") + f" (it has {counts})")
-    with_paths = settings.reference_dir is not None or filtered is not None
+    compact = is_compact(files[0])  # prompts joined back from the chunk's conversations
+    with_paths = settings.reference_dir is not None or filtered is not None or compact
     dataset = ray.data.read_parquet(files, include_paths=with_paths)
-    dataset = dataset.select_columns(list(PREFERENCE_COLUMNS) + (["path"] if with_paths else []))
+    dataset = dataset.select_columns(list(PREFERENCE_COLUMNS) + (["path"] if with_paths else [])
+                                     + ([COMPACT_MARKER] if compact else []))
     dataset = dataset.randomize_block_order(seed=settings.seed)
     if filtered is not None:  # before the shuffle and the pools: they see kept pairs only
         dataset = dataset.map_batches(kept_pairs, fn_kwargs={"root": str(settings.shards)},
                                       batch_format="pyarrow", batch_size=None)
+    if compact:
+        dataset = join_stage(dataset, settings.shards)
     dataset = dataset.map_batches(training_pair_batches, fn_kwargs={"settings": settings},
                                   batch_format="pyarrow", batch_size=None)  # a whole block
     info = {"preference_shards": len(files), "pairs_per_source": chosen,
@@ -284,13 +282,18 @@ def negative_documents(table: pa.Table, settings: ReadSettings, wanted: int,
         return DocumentRows()
     pool = table.select(["id", "success", "path"]).to_pylist()
     success = {row["id"]: bool(row["success"]) for row in pool}
-    found = paired_rows({row["id"]: row["path"] for row in pool}, "preferences", "trajectory_id",
-                        ["id", "trajectory_id", "prompt_text", "rejected_text"],
+    sources = {row["id"]: row["path"] for row in pool}
+    found = paired_rows(sources, "preferences", "trajectory_id",
+                        ["id", "trajectory_id", "prompt_text", "rejected_text", COMPACT_MARKER],
                         [("source", "=", NEGATIVE_SOURCE)])
     if found is None:
         return DocumentRows()
-    if found.num_rows and found.column("prompt_text").null_count:
-        raise ValueError(COMPACT_REFUSED.format(root=Path(pool[0]["path"]).parents[1]))
+    if COMPACT_MARKER in found.column_names:  # preferences.layout: compact
+        texts: dict[str, str] = {}
+        for path in set(sources.values()):
+            owners = {tid for tid, source in sources.items() if source == path}
+            texts.update(conversation_texts(path, owners))
+        found = with_prompt_text(found, texts, "the trajectories read")
     candidates = sorted((pair for pair in found.to_pylist()
                          if TOOL_CALL_OPEN in pair["rejected_text"]),
                         key=lambda pair: zlib.crc32(pair["id"].encode()))
