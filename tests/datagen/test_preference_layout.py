@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -119,6 +120,10 @@ def test_the_trainer_joins_compact_prompts_back_to_the_full_layouts_text(outs, t
         assert joined.select(columns).equals(pq.read_table(full_shard, columns=columns))
         full = _with_path(full_shard)
         assert joined_prompts(full, str(outs["full"])) is full  # the full layout passes as is
+        stored = _with_path(compact_shard)
+        safety = stored.filter(pc.equal(stored.column("source"), "safety"))
+        assert joined_prompts(safety, str(outs["compact"])).select(columns).equals(
+            safety.select(columns))  # a block of inline prompts only: nothing to read
     copy = tmp_path / "out"
     shutil.copytree(outs["compact"], copy)
     for shard in _shards(copy, "repairs"):  # repair pairs' conversations are in repairs/

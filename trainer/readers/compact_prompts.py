@@ -60,8 +60,8 @@ def with_prompt_text(table: pa.Table, texts: dict[str, str], where: str) -> pa.T
 
 
 def joined_prompts(table: pa.Table, root: str) -> pa.Table:
-    """Ray Data stage: a block of preference rows (with `path`) in the full layout. Rows of
-    the full layout pass unchanged."""
+    """Ray Data stage: a block of preference rows (with `path`) in the full layout's columns
+    (without `prompt_chars` / `prompt_messages`). Rows of the full layout pass unchanged."""
     if COMPACT_MARKER not in table.column_names:
         return table
     paths = [full_uri(path, root) for path in table.column("path").to_pylist()]
@@ -73,7 +73,10 @@ def joined_prompts(table: pa.Table, root: str) -> pa.Table:
     texts: dict[str, str] = {}
     for path, ids in wanted.items():
         texts.update(conversation_texts(path, ids))
-    return with_prompt_text(table, texts, f"the chunks of {sorted(wanted)[:2]}")
+    shards = sorted(wanted) or ["(none)"]  # a block of safety pairs refers to nothing
+    where = (f"the chunk of {shards[0]}" if len(shards) == 1 else
+             f"the chunks of {len(shards)} preference shards (e.g. {shards[0]})")
+    return with_prompt_text(table, texts, where)
 
 
 def join_stage(dataset: Any, root: str | Path) -> Any:
