@@ -124,6 +124,14 @@ def test_the_trainer_joins_compact_prompts_back_to_the_full_layouts_text(outs, t
         safety = stored.filter(pc.equal(stored.column("source"), "safety"))
         assert joined_prompts(safety, str(outs["compact"])).select(columns).equals(
             safety.select(columns))  # a block of inline prompts only: nothing to read
+    from trainer.readers.compact_prompts import with_prompt_text
+
+    stored = _with_path(_shards(outs["compact"], "preferences")[0])
+    first = stored.slice(0, 1)  # a negative pair, by reference
+    with pytest.raises(ValueError, match="prompt_chars 99999 is outside its conversation"):
+        with_prompt_text(first.set_column(first.schema.get_field_index("prompt_chars"),
+                                          "prompt_chars", pa.array([99_999], pa.int32())),
+                         {first.column("trajectory_id")[0].as_py(): "short"}, "here")
     copy = tmp_path / "out"
     shutil.copytree(outs["compact"], copy)
     for shard in _shards(copy, "repairs"):  # repair pairs' conversations are in repairs/

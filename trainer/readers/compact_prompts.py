@@ -41,7 +41,8 @@ def conversation_texts(preference_file: str | Path, ids: set[str]) -> dict[str, 
 
 def with_prompt_text(table: pa.Table, texts: dict[str, str], where: str) -> pa.Table:
     """`table`'s by-reference pairs with `prompt_text` cut from `texts`, without the compact
-    columns. A pair whose conversation is not in `texts` is a ValueError naming it."""
+    columns. A pair whose conversation is not in `texts`, or whose `prompt_chars` does not
+    fit it, is a ValueError naming it."""
     chars = table.column(COMPACT_MARKER).to_pylist()
     prompts = table.column("prompt_text").to_pylist()
     owners = table.column("trajectory_id").to_pylist()
@@ -53,6 +54,9 @@ def with_prompt_text(table: pa.Table, texts: dict[str, str], where: str) -> pa.T
             raise ValueError(f"pair {table.column('id')[i].as_py()} refers to conversation "
                              f"{owners[i]}, which {where} does not hold (preferences.layout: "
                              "compact needs the chunk's trajectories/ and repairs/ shards)")
+        if not 0 <= count <= len(text):  # a damaged reference: no prompt to cut
+            raise ValueError(f"pair {table.column('id')[i].as_py()}: prompt_chars {count} is "
+                             f"outside its conversation {owners[i]} ({len(text)} characters)")
         prompts[i] = text[:count]
     table = table.set_column(table.schema.get_field_index("prompt_text"), "prompt_text",
                              pa.array(prompts, pa.string()))
