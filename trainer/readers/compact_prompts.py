@@ -34,7 +34,8 @@ def conversation_texts(preference_file: str | Path, ids: set[str]) -> dict[str, 
     for table in CONVERSATION_TABLES:
         shard = sibling(str(preference_file), table)
         if ids and exists(shard):
-            found = pq.read_table(shard, columns=["id", "text"], filters=[("id", "in", sorted(ids))])
+            found = pq.read_table(shard, columns=["id", "text"],
+                                  filters=[("id", "in", sorted(ids))])
             texts.update(zip(found.column("id").to_pylist(), found.column("text").to_pylist()))
     return texts
 
