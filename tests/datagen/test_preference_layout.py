@@ -175,7 +175,7 @@ def test_sad_mch_negatives_are_the_same_for_both_layouts(outs, layout_tokenizer)
     documents = {}
     for layout, out in outs.items():
         shard = _shards(out, "trajectories")[0]
-        table = pq.read_table(shard, columns=["id", "success"])
+        table = pq.read_table(shard, columns=["id", "text", "success"])  # as the SAD stream
         table = table.append_column("path", pa.array([str(shard)] * table.num_rows))
         rows = negative_documents(table, settings, 6, {})
         documents[layout] = [[list(value) for value in rows.columns[name]]

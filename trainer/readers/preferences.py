@@ -28,8 +28,8 @@ from trainer import pair_batches, pair_weights, tokens
 from trainer.contract import PREFERENCE_COLUMNS, TOOL_CALL_OPEN, chat_spans
 from trainer.documents import DocumentRows, ReadSettings, paired_rows
 from trainer.pair_weights import KindWeights
-from trainer.readers.compact_prompts import (COMPACT_MARKER, conversation_texts, is_compact,
-                                             join_stage, with_prompt_text)
+from trainer.readers.compact_prompts import (COMPACT_MARKER, is_compact, join_stage,
+                                             with_prompt_text)
 from trainer.readers.consistency import (ConsistencyMode, filter_counts, kept_only, kept_pairs,
                                          log_counts)
 from trainer.shard_files import check_footers, exists, is_uri, join, part_files
@@ -272,9 +272,10 @@ def pair_consistency_counts(settings: PairSettings) -> dict[str, int] | None:
 
 def negative_documents(table: pa.Table, settings: ReadSettings, wanted: int,
                        complexity: dict[str, float]) -> DocumentRows:
-    """Up to `wanted` MCH negatives of the trajectories in `table` (which has `path`): the
-    `negative` pairs of preferences/ of the same chunk, each `prompt_text + rejected_text`
-    (the source trajectory cut after the wrong call), chosen by a fixed rank of the pair id
+    """Up to `wanted` MCH negatives of the trajectories in `table` (which has `path`, and
+    `text`, from which a compact OUT's prompts are cut): the `negative` pairs of preferences/
+    of the same chunk, each `prompt_text + rejected_text` (the source trajectory cut after
+    the wrong call), chosen by a fixed rank of the pair id
     (the same negatives every epoch and rerun). LM weight 0; the wrong call labelled 0 and
     the source's calls before it 1, so every negative holds both classes. Each carries its
     source trajectory's complexity, so the curriculum admits it together with its source."""
@@ -282,18 +283,15 @@ def negative_documents(table: pa.Table, settings: ReadSettings, wanted: int,
         return DocumentRows()
     pool = table.select(["id", "success", "path"]).to_pylist()
     success = {row["id"]: bool(row["success"]) for row in pool}
-    sources = {row["id"]: row["path"] for row in pool}
-    found = paired_rows(sources, "preferences", "trajectory_id",
+    found = paired_rows({row["id"]: row["path"] for row in pool}, "preferences", "trajectory_id",
                         ["id", "trajectory_id", "prompt_text", "rejected_text", COMPACT_MARKER],
                         [("source", "=", NEGATIVE_SOURCE)])
     if found is None:
         return DocumentRows()
-    if COMPACT_MARKER in found.column_names:  # preferences.layout: compact
-        texts: dict[str, str] = {}
-        for path in set(sources.values()):
-            owners = {tid for tid, source in sources.items() if source == path}
-            texts.update(conversation_texts(path, owners))
-        found = with_prompt_text(found, texts, "the trajectories read")
+    if COMPACT_MARKER in found.column_names:  # preferences.layout: compact: each prompt is
+        # the beginning of its trajectory's text, which this block already holds
+        texts = dict(zip(table.column("id").to_pylist(), table.column("text").to_pylist()))
+        found = with_prompt_text(found, texts, "this block of trajectories")
     candidates = sorted((pair for pair in found.to_pylist()
                          if TOOL_CALL_OPEN in pair["rejected_text"]),
                         key=lambda pair: zlib.crc32(pair["id"].encode()))
