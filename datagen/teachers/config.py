@@ -51,7 +51,8 @@ class EpisodeConfig(_Strict):
         "feedback", description="feedback = record the failed turn and show the model the error "
         "as a tool response, so it can recover (recovery data); stop = end the episode there")
     max_concurrent_episodes: int = Field(64, ge=1, description="episodes in flight per teacher "
-                                         "process (vllm: per engine); keeps the batch full")
+                                         "process (vllm: per engine, shared by every chunk "
+                                         "worker's batches); keeps the batch full")
     system_prompt: str | None = Field(None, description="system prompt before the tools block "
                                       "(None = datagen.chat.DEFAULT_SYSTEM_PROMPT)")
 

@@ -119,11 +119,13 @@ class EnvLeases:
 
 async def run_sessions(backend: TurnBackend, items: list[Item],
                        play: Callable[[Item], Awaitable[Result]], limit: int,
-                       return_exceptions: bool = False) -> list[Result | BaseException]:
+                       return_exceptions: bool = False,
+                       gate: asyncio.Semaphore | None = None) -> list[Result | BaseException]:
     """`play(item)` for every item as concurrent sessions on `backend`, at most `limit` at a
-    time, in order. Each session is bracketed by episode_started/finished (a batching backend
-    counts the live ones to know when a batch is full), the whole batch by start/stop."""
-    gate = asyncio.Semaphore(limit)
+    time (or as many as `gate`, a semaphore other batches share, lets in), in order. Each
+    session is bracketed by episode_started/finished (a batching backend counts the live ones
+    to know when a batch is full), the whole batch by start/stop."""
+    gate = gate or asyncio.Semaphore(limit)
 
     async def one(item: Item) -> Result:
         async with gate:
@@ -150,11 +152,26 @@ class EpisodeRunner:
     teacher: str
     envs: EnvLeases
     encode_cache: dict[str, list[int]] = field(default_factory=dict)
+    _gate: tuple[Any, asyncio.Semaphore] | None = field(default=None, init=False, repr=False)
 
     async def run_batch(self, tasks: list[Task], round_: int = 0) -> list[Trajectory]:
-        """All tasks as concurrent episodes (at most `max_concurrent_episodes` at a time)."""
+        """All tasks as concurrent episodes. At most `max_concurrent_episodes` of this runner
+        are in flight at a time, across batches that run at once on its event loop: a vLLM
+        engine actor holds one runner and serves every chunk worker of the run, so the limit
+        is per engine, and a later batch takes the slots an earlier one's episodes free (first
+        come, first served: workers' chunks finish one after another, so one worker's stages
+        run while the engine serves another's episodes, rather than all finishing together)."""
+        limit = self.config.episode.max_concurrent_episodes
         return await run_sessions(self.backend, tasks, lambda task: self.run(task, round_),
-                                  self.config.episode.max_concurrent_episodes)
+                                  limit, gate=self._loop_gate(limit))
+
+    def _loop_gate(self, limit: int) -> asyncio.Semaphore:
+        """The runner's semaphore on the running event loop (a teacher that runs each batch
+        with `asyncio.run` gets a fresh one per loop: a semaphore is bound to one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._gate is None or self._gate[0] is not loop:
+            self._gate = (loop, asyncio.Semaphore(limit))
+        return self._gate[1]
 
     async def run(self, task: Task, round_: int = 0) -> Trajectory:
         """One episode; never raises (a failure becomes the trajectory's error)."""
