@@ -47,6 +47,36 @@ class FakeSlowEngineActor(VLLMEngineActor):
         return self.backend.turns_started
 
 
+class FakeCountingBackend(FakeSlowTextBackend):
+    """Turns of 0.1 s; counts the most turns in flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = self.most_live = 0
+
+    async def generate(self, request: TurnRequest) -> Generation:
+        self.live += 1
+        self.most_live = max(self.most_live, self.live)
+        try:
+            await asyncio.sleep(0.1)
+            return Generation(text="Final answer: (fake engine)", seconds=0.1)
+        finally:
+            self.live -= 1
+
+
+class FakeCountingEngineActor(FakeSlowEngineActor):
+    """The engine actor with the counting backend (`most_in_flight`)."""
+
+    def __init__(self, config_json: str) -> None:
+        self.config = TeacherConfig.model_validate_json(config_json)
+        self.backend = FakeCountingBackend()
+        self.runner = EpisodeRunner(self.backend, self.config, self.config.name or "fake",
+                                    EnvLeases(make_env))
+
+    async def most_in_flight(self) -> int:
+        return self.backend.most_live
+
+
 class FakeCrashingEngineActor(FakeSlowEngineActor):
     """An engine that dies (its process exits) on every batch, as a crashing engine would."""
 
@@ -56,6 +86,10 @@ class FakeCrashingEngineActor(FakeSlowEngineActor):
 
 class FakeSlowEngineTeacher(VLLMTeacher):
     engine_class = FakeSlowEngineActor
+
+
+class FakeCountingEngineTeacher(VLLMTeacher):
+    engine_class = FakeCountingEngineActor
 
 
 class FakeCrashingEngineTeacher(VLLMTeacher):
