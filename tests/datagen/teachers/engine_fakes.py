@@ -34,9 +34,11 @@ class FakeSlowTextBackend(TurnBackend):
 class FakeSlowEngineActor(VLLMEngineActor):
     """The engine actor with the fake backend; `pid` and `turns_started` let a test aim."""
 
+    backend_class: type = FakeSlowTextBackend
+
     def __init__(self, config_json: str) -> None:
         self.config = TeacherConfig.model_validate_json(config_json)
-        self.backend = FakeSlowTextBackend()
+        self.backend = self.backend_class()
         self.runner = EpisodeRunner(self.backend, self.config, self.config.name or "fake",
                                     EnvLeases(make_env))
 
@@ -67,11 +69,7 @@ class FakeCountingBackend(FakeSlowTextBackend):
 class FakeCountingEngineActor(FakeSlowEngineActor):
     """The engine actor with the counting backend (`most_in_flight`)."""
 
-    def __init__(self, config_json: str) -> None:
-        self.config = TeacherConfig.model_validate_json(config_json)
-        self.backend = FakeCountingBackend()
-        self.runner = EpisodeRunner(self.backend, self.config, self.config.name or "fake",
-                                    EnvLeases(make_env))
+    backend_class = FakeCountingBackend
 
     async def most_in_flight(self) -> int:
         return self.backend.most_live
