@@ -28,6 +28,9 @@ os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))
 # down: ~5 s of every fit's ~25 s here (a 2-step SAD fit, 28 -> 23 s). A missed poll only
 # waits on (a worker is declared dead after 10 minutes), so a short interval is safe.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+# As `trainer.fit.job_env_vars` does for a fit: tests that run Ray Data in this process would
+# otherwise start its usage poller, whose daemon thread can print a traceback at exit.
+os.environ.setdefault("RAY_DATA_USAGE_DISABLED", "1")
 
 
 def load_script(relative: str):

@@ -94,6 +94,19 @@ def failure_cause(exc: BaseException) -> str:
     return f"{type(error).__name__}: {first}"
 
 
+def job_env_vars() -> dict[str, str]:
+    """Environment of the fit's Ray job (workers, Ray Data's actors). Ray Data's usage
+    collection is off unless the user set RAY_DATA_USAGE_DISABLED: its driver thread queries a
+    Prometheus on localhost:9090 every 10 s (a cluster of ours runs none), and at interpreter
+    exit that daemon thread can print a connection-refused traceback (seen at the end of a CI
+    run). Set here for this process too, which executes Ray Data's plans."""
+    os.environ.setdefault("RAY_DATA_USAGE_DISABLED", "1")
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                        os.environ.get("PYTHONPATH")])),
+            "TOKENIZERS_PARALLELISM": "false",
+            "RAY_DATA_USAGE_DISABLED": os.environ["RAY_DATA_USAGE_DISABLED"]}
+
+
 def init_ray(address: str | None) -> None:
     """Join `address` / $RAY_ADDRESS, or start a local Ray with the dashboard on (Ray Train's
     placement-group cleanup relies on the State API it serves)."""
@@ -105,9 +118,7 @@ def init_ray(address: str | None) -> None:
         return
     address = address or os.environ.get("RAY_ADDRESS")
     check_address(address)  # bounded: ray.init alone retried a silent address for minutes
-    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
-        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-        "TOKENIZERS_PARALLELISM": "false"}}
+    runtime_env = {"env_vars": job_env_vars()}
     ray.init(address=address, include_dashboard=None if address else True,
              logging_level=logging.WARNING, runtime_env=runtime_env)
 
