@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -43,7 +42,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings
 
-from bench_teacher_ratio import ReplayEngineActor, recorded_turns  # noqa: E402
+from bench_teacher_ratio import ReplayEngineActor, recorded_turns, spread  # noqa: E402
 from bench_teachers import parse_args, teacher_section, tiny_model  # noqa: E402
 from datagen.teachers.vllm_engine import VLLMTeacher  # noqa: E402
 
@@ -109,9 +108,7 @@ def report(args, arms: list[dict[str, float]]) -> None:
         mine = [arm for arm in arms if arm["workers"] == workers]
 
         def line(key: str, digits: int = 1) -> str:
-            values = [arm[key] for arm in mine]
-            return (f"{statistics.median(values):,.{digits}f} "
-                    f"({min(values):,.{digits}f}-{max(values):,.{digits}f})")
+            return spread([arm[key] for arm in mine], digits)
         print(f"  {workers} worker(s): pipeline {line('pipeline')} tok/s; bare "
               f"{line('bare')}; ratio {line('ratio', 3)}; load {line('load')}")
 

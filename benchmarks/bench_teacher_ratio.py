@@ -219,8 +219,10 @@ def repetition(args, teacher: dict, teachers: list[Any]) -> dict[str, float]:
             "ratio_cpu": result["tokens"] / result["cpu_s"] / (generated / bare_cpu_s)}
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):,.1f} ({min(values):,.1f}-{max(values):,.1f})"
+def spread(values: list[float], digits: int = 1) -> str:
+    """Median (min-max) of `values`."""
+    return (f"{statistics.median(values):,.{digits}f} "
+            f"({min(values):,.{digits}f}-{max(values):,.{digits}f})")
 
 
 def show(label: str, rep: dict[str, float]) -> None:
@@ -241,14 +243,11 @@ def report(args, reps: list[dict[str, float]]) -> None:
     print(f"  pipeline tokens/s, end to end   {spread(column['pipeline'])}")
     print(f"  pipeline tokens/s, rollout only {spread(column['rollout'])}")
     print(f"  bare engine tokens/s            {spread(column['bare'])}")
-    print(f"  ratio, end to end               {statistics.median(column['ratio']):.3f} "
-          f"({min(column['ratio']):.3f}-{max(column['ratio']):.3f})")
-    print(f"  ratio, rollout only             {statistics.median(column['ratio_rollout']):.3f} "
-          f"({min(column['ratio_rollout']):.3f}-{max(column['ratio_rollout']):.3f})")
+    print(f"  ratio, end to end               {spread(column['ratio'], 3)}")
+    print(f"  ratio, rollout only             {spread(column['ratio_rollout'], 3)}")
     print(f"  tokens per CPU second, pipeline {spread(column['pipeline_cpu'])}")
     print(f"  tokens per CPU second, bare     {spread(column['bare_cpu'])}")
-    print(f"  ratio, per CPU second           {statistics.median(column['ratio_cpu']):.3f} "
-          f"({min(column['ratio_cpu']):.3f}-{max(column['ratio_cpu']):.3f})")
+    print(f"  ratio, per CPU second           {spread(column['ratio_cpu'], 3)}")
     print(f"  load average (1 min)            {spread(column['load_a'] + column['load_b'])}")
 
 

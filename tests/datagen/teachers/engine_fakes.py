@@ -50,18 +50,22 @@ class FakeSlowEngineActor(VLLMEngineActor):
 
 
 class FakeCountingBackend(FakeSlowTextBackend):
-    """Turns of 0.1 s; counts the most turns in flight at once."""
+    """Turns of `pace_s` that end the episode with a (wrong) final answer; records the
+    episodes whose turns started, in order, and the most turns in flight at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, pace_s: float = 0.1) -> None:
         super().__init__()
-        self.live = self.most_live = 0
+        self.pace_s, self.live, self.most_live = pace_s, 0, 0
+        self.started: list[str] = []  # episode keys
 
     async def generate(self, request: TurnRequest) -> Generation:
+        self.turns_started += 1
+        self.started.append(request.key.rsplit(":", 1)[0])
         self.live += 1
         self.most_live = max(self.most_live, self.live)
         try:
-            await asyncio.sleep(0.1)
-            return Generation(text="Final answer: (fake engine)", seconds=0.1)
+            await asyncio.sleep(self.pace_s)
+            return Generation(text="Final answer: (fake engine)", seconds=self.pace_s)
         finally:
             self.live -= 1
 

@@ -1,8 +1,8 @@
 """`max_concurrent_episodes` holds per episode runner, across batches that run at once: a vLLM
 engine actor serves every chunk worker of a run through one runner, so the limit is per engine
 (as the config documents), and a later batch takes the slots the earlier one frees. Real
-episode loop and environments (and a real engine actor on Ray); the backend is a text backend
-that answers after a short wait."""
+episode loop and environments (and a real engine actor on Ray); the backend is a fake text
+backend that answers after a short wait."""
 
 from __future__ import annotations
 
@@ -11,28 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from datagen.envs import make_env
 from datagen.teachers.config import TeacherConfig
-from datagen.teachers.episode import EnvLeases, EpisodeRunner, Generation, TurnBackend
-from tests.datagen.teachers.engine_fakes import FakeCountingEngineTeacher, fake_engine_config
+from datagen.teachers.episode import EnvLeases, EpisodeRunner
+from tests.datagen.teachers.engine_fakes import (FakeCountingBackend, FakeCountingEngineTeacher,
+                                                 fake_engine_config)
 from tests.datagen.teachers.helpers import make_tasks
-
-
-class CountingTextBackend(TurnBackend):
-    """Ends every episode with a final answer after a short wait; records which episodes'
-    turns started, in order, and the most turns ever in flight at once."""
-
-    def __init__(self) -> None:
-        self.live = self.most_live = 0
-        self.started: list[str] = []
-
-    async def generate(self, request):
-        self.live += 1
-        self.most_live = max(self.most_live, self.live)
-        self.started.append(request.key.rsplit(":", 1)[0])
-        try:
-            await asyncio.sleep(0.01)
-            return Generation(text="Final answer: done", seconds=0.01)
-        finally:
-            self.live -= 1
 
 
 def _answered(trajectory) -> bool:
@@ -40,8 +22,8 @@ def _answered(trajectory) -> bool:
     return trajectory.error.startswith("wrong_answer")
 
 
-def _runner(limit: int) -> tuple[EpisodeRunner, CountingTextBackend]:
-    backend = CountingTextBackend()
+def _runner(limit: int) -> tuple[EpisodeRunner, FakeCountingBackend]:
+    backend = FakeCountingBackend(pace_s=0.01)
     config = TeacherConfig(backend="oracle", episode={"max_turns": 2,
                                                       "max_concurrent_episodes": limit})
     return EpisodeRunner(backend, config, "counting", EnvLeases(make_env)), backend
