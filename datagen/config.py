@@ -31,6 +31,27 @@ MAX_SEED = 2**63 - 1  # seeds travel as int64 (Parquet `task_seed`, orjson)
 INT64_RANGE = (-2**63, 2**63 - 1)  # what JSON readers, Arrow and the backends take as an integer
 
 
+# Names Ray keeps for itself in an actor's `resources=` (CPU and GPU have their own options,
+# memory is not a custom resource, `bundle` is its placement groups'): Ray refuses them when
+# the first worker is created.
+RAY_RESERVED_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory", "bundle")
+RAY_RESOURCE_UNIT = 1e-4  # Ray counts resources in units of 1/10,000
+
+
+def custom_resource_problem(name: str, amount: float) -> str | None:
+    """Why Ray would refuse `{name: amount}` as a custom resource of a worker, or None."""
+    if not name.strip():
+        return "a resource needs a name"
+    if name in RAY_RESERVED_RESOURCES:
+        return (f"{name} is not a custom resource (a chunk worker takes 1 CPU; vLLM engines "
+                "take their GPUs from teacher.vllm.num_gpus)")
+    if not (math.isfinite(amount) and amount > 0):
+        return "the amount must be finite and above 0"
+    if amount < RAY_RESOURCE_UNIT:
+        return f"Ray counts resources in units of {RAY_RESOURCE_UNIT:g}; ask for at least that"
+    return None
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -264,11 +285,12 @@ class GenerateConfig(StrictModel):
 
     @field_validator("worker_resources")
     @classmethod
-    def _finite_resources(cls, resources: dict[str, float]) -> dict[str, float]:
-        bad = [name for name, amount in resources.items()
-               if not (math.isfinite(amount) and amount > 0)]
-        if bad:
-            raise ValueError(f"resource amounts must be finite and above 0: {', '.join(bad)}")
+    def _custom_resources(cls, resources: dict[str, float]) -> dict[str, float]:
+        """Ray's own rules for `resources=`, checked before OUT is set up; an empty name would
+        wait for a resource no node can offer."""
+        for name, amount in resources.items():
+            if problem := custom_resource_problem(name, amount):
+                raise ValueError(f"{name!r}: {problem}")
         return resources
 
     @field_validator("out")

@@ -161,8 +161,8 @@ def _generate_locked(config: GenerateConfig, fp: str, address: str | None,
     stages = configured_stages(config)
     store = ShardStore(config.out, tables_of(stages))
     config_dump = public_dump(config)
-    store.claim(fp, config_dump, config.overwrite)
     chunks = plan_chunks(config)
+    store.claim(fp, config_dump, config.overwrite, planned=len(chunks))
     complete = store.complete_chunks()
     todo = [chunk for chunk in chunks if chunk.index not in complete]
     done_rows = config.num_trajectories - sum(c.stop - c.start for c in todo)

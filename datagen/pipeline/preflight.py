@@ -42,6 +42,8 @@ MODEL_PATHS = (((), "tokenizer"), (("teacher", "hf"), "model"), (("teacher", "hf
                (("teacher", "vllm"), "model"), (("teacher", "vllm"), "tokenizer"),
                (("teacher", "openai"), "tokenizer"), (("critics", "llm", "hf"), "model"),
                (("critics", "llm", "hf"), "tokenizer"), (("critics", "llm", "openai"), "tokenizer"))
+# What a Hugging Face tokenizer directory holds at least one of (fast, slow, sentencepiece).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 KEY_VARIABLES = (("teacher", "openai"), ("critics", "llm", "openai"))
 
 
@@ -122,18 +124,23 @@ def _replace(model: BaseModel, path: tuple[str, ...], field: str, value: Any) ->
 
 def resolve_paths(config: GenerateConfig, keep_relative: bool = False) -> GenerateConfig:
     """OUT made absolute, and every model/tokenizer path that exists relative to this
-    directory: a worker would resolve them against its own working directory. With
-    `keep_relative` (a Ray job whose working_dir every worker starts in) the model paths stay
-    as written, so rows do not record a per-session temporary path."""
+    directory: a worker would resolve them against its own working directory. `~` is the
+    driver's home, as in a shell. With `keep_relative` (a Ray job whose working_dir every
+    worker starts in) relative model paths stay as written, so rows do not record a
+    per-session temporary path."""
     if not is_uri(config.out):  # a URI is the same on every node
-        config = config.model_copy(update={"out": os.path.abspath(config.out)})
-    if keep_relative:
-        return config
+        out = os.path.abspath(os.path.expanduser(config.out))
+        config = config.model_copy(update={"out": out})
     for path, field in MODEL_PATHS:
         section = _section(config, path)
         value = getattr(section, field, None) if section is not None else None
-        if value and not os.path.isabs(value) and os.path.exists(value):
-            config = _replace(config, path, field, os.path.abspath(value))
+        if not value:
+            continue
+        local = os.path.expanduser(value)
+        if not keep_relative and not os.path.isabs(local) and os.path.exists(local):
+            local = os.path.abspath(local)
+        if local != value:
+            config = _replace(config, path, field, local)
     return config
 
 
@@ -172,6 +179,11 @@ def worker_problems(config: GenerateConfig, probe: OutProbe | None) -> list[str]
     for name, value in _worker_paths(config):
         if os.path.isabs(value) and not os.path.exists(value):
             problems.append(f"{name} {value} does not exist here; {PATH_HELP}")
+        elif name.endswith("tokenizer") and os.path.isdir(value) and not any(
+                os.path.isfile(os.path.join(value, file)) for file in TOKENIZER_FILES):
+            problems.append(f"{name} {value} holds no tokenizer (none of "
+                            f"{', '.join(TOKENIZER_FILES)}); point it at a tokenizer's "
+                            "directory (scripts/build_tokenizer.py builds one)")
     for module in config.env_modules:
         try:
             import_modules([module])

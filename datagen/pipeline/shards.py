@@ -68,12 +68,29 @@ class OutputUnreadable(RuntimeError):
     """OUT is not a readable datagen dataset: no or a corrupt manifest, damaged shards."""
 
 
+_SHARD_FIELDS = {"file": str, "rows": int, "bytes": int, "sha256": str}
+
+
 @dataclass
 class ShardInfo:
     file: str
     rows: int
     bytes: int
     sha256: str
+
+    @classmethod
+    def parse(cls, item: Any) -> ShardInfo:
+        """A shard as a marker or manifest.json records it; ValueError naming what is wrong
+        (a hand-edited or damaged record must not reach the checks as a wrong type)."""
+        if not isinstance(item, dict) or set(item) != set(_SHARD_FIELDS):
+            raise ValueError(f"a shard record has exactly the fields {', '.join(_SHARD_FIELDS)}")
+        for name, kind in _SHARD_FIELDS.items():
+            value = item[name]
+            if not isinstance(value, kind) or isinstance(value, bool) or \
+                    (kind is int and value < 0):
+                raise ValueError(f"shard {name} is {str(value)[:40]!r}, not a "
+                                 f"{'count' if kind is int else 'string'}")
+        return cls(**item)
 
 
 @dataclass
@@ -89,13 +106,33 @@ class ChunkRecord:
 
     @classmethod
     def from_json(cls, data: bytes) -> "ChunkRecord":
-        """Parse a marker; ValueError (with the reason) for anything that is not one."""
+        """Parse a marker; ValueError (with the reason) for anything that is not one, down to
+        the shapes the run summary reads from `stats`."""
         try:
             raw = orjson.loads(data)
-            shards = {str(name): ShardInfo(**info) for name, info in raw["shards"].items()}
-            return cls(chunk=int(raw["chunk"]), shards=shards, stats=dict(raw.get("stats", {})))
-        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
+            chunk, shards, stats = raw["chunk"], raw["shards"], raw.get("stats", {})
+            if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 0:
+                raise ValueError(f"chunk is {str(chunk)[:40]!r}, not a chunk index")
+            if not isinstance(shards, dict):
+                raise ValueError("shards is not a mapping of table -> shard")
+            _check_stats(stats)
+            return cls(chunk=chunk, shards={str(name): ShardInfo.parse(info)
+                                            for name, info in shards.items()}, stats=stats)
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a chunk marker ({type(exc).__name__}: {exc})") from None
+
+
+def _check_stats(stats: Any) -> None:
+    """A marker's `stats`: a mapping whose `stages` maps stage names to their counts and whose
+    `stage_seconds` maps stages to seconds (what the summary adds up)."""
+    if not isinstance(stats, dict):
+        raise ValueError("stats is not a mapping")
+    stages, seconds = stats.get("stages", {}), stats.get("stage_seconds", {})
+    if not isinstance(stages, dict) or not all(isinstance(v, dict) for v in stages.values()):
+        raise ValueError("stats.stages is not a mapping of stage -> counts")
+    if not isinstance(seconds, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in seconds.values()):
+        raise ValueError("stats.stage_seconds is not a mapping of stage -> seconds")
 
 
 def as_storage(root: str | Path | Storage) -> Storage:
@@ -162,10 +199,38 @@ def read_manifest(root: str | Path | Storage) -> dict[str, Any]:
         raise OutputUnreadable(f"{path} is unreadable ({exc}); rerun `datagen generate` with "
                                "the same config to rewrite it") from None
     missing = _MANIFEST_KEYS - set(manifest) if isinstance(manifest, dict) else _MANIFEST_KEYS
-    if missing or not isinstance(manifest["shards"], dict):
-        raise OutputUnreadable(f"{path} is not a datagen manifest (missing or malformed: "
-                               f"{', '.join(sorted(missing)) or 'shards'})")
+    if missing:
+        raise OutputUnreadable(f"{path} is not a datagen manifest (missing: "
+                               f"{', '.join(sorted(missing))})")
+    if malformed := _malformed_manifest(manifest):
+        raise OutputUnreadable(f"{path} is not a datagen manifest ({malformed}); rerun "
+                               "`datagen generate` with the same config to rewrite it")
     return manifest
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _malformed_manifest(manifest: dict[str, Any]) -> str | None:
+    """Which field of a manifest with every key has the wrong shape, or None."""
+    chunks, counts, shards = manifest["chunks"], manifest["counts"], manifest["shards"]
+    if not isinstance(manifest["complete"], bool):
+        return "complete is not true or false"
+    if not (isinstance(chunks, dict) and _count(chunks.get("total"))
+            and _count(chunks.get("complete"))):
+        return "chunks is not {total, complete} counts"
+    if not (isinstance(counts, dict) and all(_count(value) for value in counts.values())):
+        return "counts is not a mapping of table -> rows"
+    if not (isinstance(shards, dict) and all(isinstance(v, list) for v in shards.values())):
+        return "shards is not a mapping of table -> list of shards"
+    for table, items in shards.items():
+        for i, item in enumerate(items):
+            try:
+                ShardInfo.parse(item)
+            except ValueError as exc:
+                return f"shards.{table}.{i}: {exc}"
+    return None
 
 
 def manifest_tables(manifest: dict[str, Any]) -> list[str]:
@@ -187,9 +252,9 @@ def manifest_stages(manifest: dict[str, Any]) -> list[dict[str, Any]]:
 def manifest_shards(manifest: dict[str, Any]) -> dict[str, list[ShardInfo]]:
     """Table -> the shards a manifest (from `read_manifest`) lists."""
     try:
-        return {table: [ShardInfo(**item) for item in items]
+        return {table: [ShardInfo.parse(item) for item in items]
                 for table, items in manifest["shards"].items()}
-    except (TypeError, AttributeError) as exc:
+    except (TypeError, AttributeError, ValueError) as exc:
         raise OutputUnreadable(f"manifest.json lists a shard it does not describe ({exc})"
                                ) from None
 
@@ -241,6 +306,18 @@ def _leftover(storage: Storage, name: str, is_dir: bool) -> bool:
     return name in _DATAGEN_DIRS and is_dir and not storage.entries(name)
 
 
+def foreign_marker(record: ChunkRecord, chunk: int, planned: int | None) -> str | None:
+    """Why the readable marker file of `chunk` does not describe that chunk of a run of
+    `planned` chunks (a marker copied or renamed by hand), or None."""
+    if planned is not None and chunk >= planned:
+        return f"marker outside the run's plan of {planned:,} chunks"
+    if record.chunk != chunk:
+        return f"marker records chunk {record.chunk}"
+    strays = [info.file for info in record.shards.values() if not ShardStore.owns(chunk,
+                                                                                   info.file)]
+    return f"marker lists {strays[0]}, not a shard of chunk {chunk}" if strays else None
+
+
 def parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd", compression_level=ZSTD_LEVEL)
@@ -284,12 +361,13 @@ class ShardStore:
 
     # driver side --------------------------------------------------------------------------
 
-    def claim(self, fingerprint: str, config: dict[str, Any],
-              overwrite: bool) -> list[DroppedChunk]:
+    def claim(self, fingerprint: str, config: dict[str, Any], overwrite: bool,
+              planned: int | None = None) -> list[DroppedChunk]:
         """Make OUT ours before a run: refuse a file, a directory datagen did not write (with
         `overwrite` too: it deletes only what datagen wrote) and data of another config or
         schema version unless `overwrite`; clear debris; drop damaged chunks so that the run
-        regenerates them. Returns the dropped chunks. Call it under the run lock
+        regenerates them (with `planned`, the run's number of chunks, also markers outside the
+        plan). Returns the dropped chunks. Call it under the run lock
         (datagen/pipeline/runlock.py): two runs that pass these checks together would mix
         configs."""
         if self.storage.kind() == "file":
@@ -314,7 +392,7 @@ class ShardStore:
         self.storage.write(RUN_FILE, orjson.dumps(payload, option=orjson.OPT_INDENT_2))
         if isinstance(self.storage, LocalStorage):
             Path(self.markers).mkdir(exist_ok=True)
-        return self.drop_damaged()
+        return self.drop_damaged(planned)
 
     def _previous_run(self) -> dict[str, Any] | None:
         """The owner record of OUT, None when there is none. One that cannot be read is
@@ -373,15 +451,16 @@ class ShardStore:
         would otherwise stat 10^6 paths before it starts)."""
         return set(self.marked_chunks())
 
-    def chunk_problem(self, chunk: int) -> str | None:
-        """Why the complete chunk `chunk` cannot be trusted (unreadable marker, a shard that
-        fails `shard_problem` without checksum), or None."""
+    def chunk_problem(self, chunk: int, planned: int | None = None) -> str | None:
+        """Why the complete chunk `chunk` cannot be trusted (outside a plan of `planned`
+        chunks, an unreadable marker or one for another chunk, a shard of another chunk or one
+        that fails `shard_problem` without checksum), or None."""
         try:
             record = self.read_record(chunk)
         except (OSError, ValueError) as exc:
             return f"marker unreadable: {exc}"
-        if record.chunk != chunk:
-            return f"marker records chunk {record.chunk}"
+        if problem := foreign_marker(record, chunk, planned):
+            return problem
         for info in record.shards.values():
             if problem := shard_problem(self.storage, info):
                 return f"{info.file}: {problem}"
@@ -391,20 +470,24 @@ class ShardStore:
         """The marker of `chunk`; OSError or ValueError when it is missing or unreadable."""
         return ChunkRecord.from_json(self.storage.read(self.marker_file(chunk)))
 
-    def drop_damaged(self) -> list[DroppedChunk]:
-        """Drop every complete chunk that fails `chunk_problem`: the run regenerates it."""
+    def drop_damaged(self, planned: int | None = None) -> list[DroppedChunk]:
+        """Drop every complete chunk that fails `chunk_problem`: the run regenerates it (if
+        it is one of the run's)."""
         dropped = []
         for chunk in self.marked_chunks():
-            if reason := self.chunk_problem(chunk):
+            if reason := self.chunk_problem(chunk, planned):
                 self.drop_chunk(chunk)
-                log.warning("chunk %d is damaged and will be generated again: %s", chunk, reason)
+                fate = "dropped" if planned is not None and chunk >= planned else \
+                    "damaged and will be generated again"
+                log.warning("chunk %d is %s: %s", chunk, fate, reason)
                 dropped.append(DroppedChunk(chunk, reason))
         return dropped
 
     def drop_chunk(self, chunk: int) -> None:
         """Forget a chunk: its marker first (a kill part way leaves an incomplete chunk, never
         a complete one with shards missing), then its shard in every table (the store's, and
-        those its marker lists when it can be read)."""
+        those its marker lists when it can be read). Only this chunk's own shard files: a
+        marker copied from another chunk lists that chunk's, which stay."""
         listed: list[str] = []
         try:
             listed = [info.file for info in self.read_record(chunk).shards.values()]
@@ -412,8 +495,15 @@ class ShardStore:
             pass
         self.storage.delete(self.marker_file(chunk))
         for file in [*listed, *(self.shard_file(table, chunk) for table in self.tables)]:
-            if not outside(self.storage, file):
+            if self.owns(chunk, file) and not outside(self.storage, file):
                 self.storage.delete(file)
+
+    @staticmethod
+    def owns(chunk: int, file: str) -> bool:
+        """Whether `file` is a shard of `chunk` (`<table>/part-<chunk>.parquet`, any table)."""
+        path = PurePosixPath(file)
+        return len(path.parts) == 2 and path.name == f"part-{chunk:06d}.parquet"
+
 
     def marked_chunks(self) -> list[int]:
         chunks = []

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from datagen.pipeline.runlock import LockOwner, lock_holder
-from datagen.pipeline.shards import (ShardInfo, ShardStore, manifest_shards, manifest_tables,
-                                     read_manifest, shard_problem)
+from datagen.pipeline.shards import (ShardInfo, ShardStore, foreign_marker, manifest_shards,
+                                     manifest_tables, read_manifest, shard_problem)
 from datagen.pipeline.storage import Storage, is_uri
 
 
@@ -80,8 +80,11 @@ def _chunk_of(file: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def _read_markers(store: ShardStore) -> tuple[dict[str, tuple[int, ShardInfo]], list[Problem]]:
-    """Shard file -> (chunk, record) for every readable marker; problems for the others."""
+def _read_markers(store: ShardStore, planned: int) -> tuple[dict[str, tuple[int, ShardInfo]],
+                                                            list[Problem]]:
+    """Shard file -> (chunk, record) for every readable marker of its own chunk inside the
+    run's plan of `planned` chunks; problems for the others (`--repair` drops them, and
+    `drop_chunk` deletes only a chunk's own shards)."""
     recorded: dict[str, tuple[int, ShardInfo]] = {}
     problems = []
     for chunk in store.marked_chunks():
@@ -90,6 +93,9 @@ def _read_markers(store: ShardStore) -> tuple[dict[str, tuple[int, ShardInfo]], 
         except (OSError, ValueError) as exc:
             problems.append(Problem(store.marker_file(chunk), f"marker unreadable: {exc}",
                                     chunk))
+            continue
+        if foreign := foreign_marker(record, chunk, planned):
+            problems.append(Problem(store.marker_file(chunk), foreign, chunk))
             continue
         for info in record.shards.values():
             recorded[info.file] = (chunk, info)
@@ -131,7 +137,7 @@ def _strays(storage: Storage, known: set[str], tables: list[str]) -> list[Proble
 
 def _count_problems(manifest: dict, listed: dict[str, ShardInfo]) -> list[Problem]:
     problems = []
-    for table, count in manifest.get("counts", {}).items():
+    for table, count in manifest["counts"].items():
         rows = sum(info.rows for file, info in listed.items() if file.startswith(f"{table}/"))
         if rows != count:
             problems.append(Problem("manifest.json", f"counts {table}: {count:,} rows, its "
@@ -146,15 +152,15 @@ def verify_output(out: str | Path, checksum: bool = True) -> VerifyReport:
     store = ShardStore(root)
     manifest = read_manifest(store.storage)
     listed = {info.file: info for infos in manifest_shards(manifest).values() for info in infos}
-    recorded, problems = _read_markers(store)
+    chunks = manifest["chunks"]
+    recorded, problems = _read_markers(store, chunks["total"])
     problems += _check_shards(store.storage, listed, recorded, checksum)
     tables = manifest_tables(manifest)
     problems += _strays(store.storage, listed.keys() | recorded.keys(), tables)
     problems += _count_problems(manifest, listed)
-    chunks = manifest.get("chunks", {})
     return VerifyReport(root=root, fingerprint=str(manifest.get("fingerprint")),
                         shards=len(listed.keys() | recorded.keys()),
-                        chunks=(int(chunks.get("complete", 0)), int(chunks.get("total", 0))),
+                        chunks=(chunks["complete"], chunks["total"]),
                         checksum=checksum, seconds=time.perf_counter() - started,
                         problems=problems, running=lock_holder(root), tables=tables)
 

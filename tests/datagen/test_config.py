@@ -89,6 +89,29 @@ def test_bad_configs_name_the_field(tmp_path, text, expected):
         assert fragment in str(info.value)
 
 
+@pytest.mark.parametrize("resources, expected", [
+    ("{CPU: 1}", "worker_resources: 'CPU': CPU is not a custom resource (a chunk worker takes 1"),
+    ("{GPU: 1}", "'GPU': GPU is not a custom resource"),
+    ("{memory: 100}", "'memory': memory is not a custom resource"),
+    ("{object_store_memory: 1}", "'object_store_memory': object_store_memory is not a custom"),
+    ("{bundle: 1}", "'bundle': bundle is not a custom resource"),
+    ("{'': 1}", "worker_resources: '': a resource needs a name"),
+    ("{datagen: 0.000001}", "'datagen': Ray counts resources in units of 0.0001"),
+    ("{datagen: 0}", "'datagen': the amount must be finite and above 0"),
+    ("{datagen: .inf}", "'datagen': the amount must be finite and above 0"),
+])
+def test_worker_resources_ray_would_refuse_fail_at_load(resources, expected):
+    # each used to pass and raise a traceback when the first worker was created, after OUT
+    # was set up (or, with an empty name, wait worker_start_timeout_s for it)
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        load_config(None, dict([parse_override(f"worker_resources={resources}")]))
+
+
+def test_custom_worker_resources_load():
+    config = load_config(None, {"worker_resources": {"datagen": 0.5, "bundle_pool": 2}})
+    assert config.worker_resources == {"datagen": 0.5, "bundle_pool": 2}
+
+
 def test_user_environment_by_module_and_by_path(tmp_path):
     config = load_config(_write(tmp_path, "env_modules: [tests.datagen.toy_envs]\n"
                                           "envs:\n  - name: toy_counter\n"))

@@ -32,6 +32,29 @@ def test_relative_out_and_local_model_paths_become_absolute(tmp_path, monkeypatc
     assert kept.out == str(tmp_path / "rel" / "out") and kept.tokenizer == "tok"
 
 
+def test_a_tilde_is_the_home_directory_as_in_a_shell(tmp_path, monkeypatch):
+    # `out: ~/x` used to write into a directory named `~` under the working directory
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "tok").mkdir(parents=True)
+    config = GenerateConfig(out="~/runs/x", tokenizer="~/tok")
+    for keep_relative in (False, True):
+        resolved = resolve_paths(config, keep_relative=keep_relative)
+        assert resolved.out == str(tmp_path / "home" / "runs" / "x")
+        assert resolved.tokenizer == str(tmp_path / "home" / "tok")
+
+
+def test_a_tokenizer_directory_without_a_tokenizer_is_named(tmp_path):
+    # used to fail building the processor with a transformers message cut at 300 characters
+    # that never said which field
+    (tmp_path / "empty").mkdir()
+    config = GenerateConfig(out=str(tmp_path), tokenizer=str(tmp_path / "empty"))
+    [problem] = worker_problems(config, OutProbe.create(tmp_path))
+    assert problem.startswith(f"tokenizer {tmp_path / 'empty'} holds no tokenizer (none of "
+                              "tokenizer.json, tokenizer_config.json")
+    (tmp_path / "empty" / "tokenizer.json").write_text("{}")
+    assert worker_problems(config, OutProbe.create(tmp_path)) == []
+
+
 def test_the_probe_tells_a_worker_that_sees_out_from_one_that_does_not(tmp_path):
     probe = OutProbe.create(tmp_path)
     assert probe.check() is None

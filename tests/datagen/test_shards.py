@@ -170,8 +170,15 @@ def test_resume_drops_a_truncated_shard_and_its_chunk(tmp_path):
     assert [r.chunk for r in store.records()] == [0, 2]
 
 
+def _edit_marker(marker, edit) -> None:
+    record = orjson.loads(marker.read_bytes())
+    edit(record)
+    marker.write_bytes(orjson.dumps(record))
+
+
 @pytest.mark.parametrize("damage", ["delete", "rewrite_tail", "corrupt_marker", "foreign_marker",
-                                    "marker_is_a_device"])
+                                    "marker_is_a_device", "stats_of_a_wrong_shape",
+                                    "bytes_as_text", "file_as_number", "chunk_as_text"])
 def test_resume_drops_every_kind_of_damaged_chunk(tmp_path, damage):
     store = _resumable_out(tmp_path)
     shard, marker = store.shard_path("negatives", 2), store.marker_path(2)
@@ -185,12 +192,33 @@ def test_resume_drops_every_kind_of_damaged_chunk(tmp_path, damage):
     elif damage == "marker_is_a_device":  # was read until memory ran out
         marker.unlink()
         marker.symlink_to("/dev/zero")
+    elif damage == "stats_of_a_wrong_shape":  # crashed the run summary on every rerun
+        _edit_marker(marker, lambda r: r.update(stats={"stages": 5}))
+    elif damage == "bytes_as_text":
+        _edit_marker(marker, lambda r: r["shards"]["negatives"].update(bytes="x"))
+    elif damage == "file_as_number":
+        _edit_marker(marker, lambda r: r["shards"]["negatives"].update(file=7))
+    elif damage == "chunk_as_text":
+        _edit_marker(marker, lambda r: r.update(chunk="2"))
     else:
         marker.write_bytes(store.marker_path(0).read_bytes())
     assert store.records() is not None  # never raises, whatever the markers hold
     dropped = store.claim("fp", {}, overwrite=False)
     assert [d.chunk for d in dropped] == [2], dropped
     assert not store.is_complete(2) and store.is_complete(0) and store.is_complete(1)
+    # the chunks kept are whole: dropping a copied marker deleted the shards it listed,
+    # those of chunk 0, which then counted as complete with its shards gone
+    assert store.chunk_problem(0) is None and store.chunk_problem(1) is None
+
+
+def test_resume_drops_a_marker_outside_the_plan_and_nothing_else(tmp_path):
+    store = _resumable_out(tmp_path)
+    store.marker_path(7).write_bytes(store.marker_path(1).read_bytes())
+    dropped = store.claim("fp", {}, overwrite=False, planned=3)
+    assert [(d.chunk, d.reason) for d in dropped] == [
+        (7, "marker outside the run's plan of 3 chunks")]
+    assert store.complete_chunks() == {0, 1, 2}
+    assert all(store.chunk_problem(chunk) is None for chunk in range(3))
 
 
 def test_a_recorded_path_outside_out_is_a_problem_not_a_read(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pytest
 
@@ -103,3 +104,47 @@ def test_no_dataset_is_a_clear_error(tmp_path, capsys, manifest):
     assert main(["verify", str(store.root)]) == 2
     err = capsys.readouterr().err
     assert "manifest.json" in err and len(err.strip().splitlines()) == 1
+
+
+def _edit_json(path: Path, edit) -> None:
+    data = orjson.loads(path.read_bytes())
+    edit(data)
+    path.write_bytes(orjson.dumps(data))
+
+
+@pytest.mark.parametrize("edit, named", [
+    (lambda m: m["shards"]["trajectories"][0].update(rows="100"),
+     "shards.trajectories.0: shard rows is '100', not a count"),
+    (lambda m: m["shards"]["trajectories"][0].update(bytes=-1), "shard bytes is '-1'"),
+    (lambda m: m["shards"]["negatives"][1].update(file=None), "shards.negatives.1: shard file"),
+    (lambda m: m["shards"]["negatives"][1].pop("sha256"), "exactly the fields"),
+    (lambda m: m.update(chunks={"complete": "abc", "total": 3}), "chunks is not"),
+    (lambda m: m.update(chunks=[1]), "chunks is not"),
+    (lambda m: m.update(counts={"trajectories": "x"}), "counts is not"),
+    (lambda m: m.update(counts=[1]), "counts is not"),
+    (lambda m: m.update(complete="yes"), "complete is not true or false"),
+])
+def test_a_manifest_with_wrong_types_is_a_clear_error(tmp_path, capsys, edit, named):
+    # each used to be a traceback in verify and inspect (a hand-edited manifest)
+    store = _out(tmp_path)
+    _edit_json(store.root / "manifest.json", edit)
+    for command in ("verify", "inspect"):
+        assert main([command, str(store.root)]) == 2
+        err = capsys.readouterr().err
+        assert "is not a datagen manifest" in err and named in err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_a_copied_marker_is_damage_and_repair_deletes_no_other_chunk(tmp_path, capsys):
+    store = _out(tmp_path)
+    marker = store.marker_path(1).read_bytes()
+    store.marker_path(2).write_bytes(marker)  # chunk 2's marker now lists chunk 1's shards
+    store.marker_path(9).write_bytes(marker)  # a marker outside the run's 3 chunks
+    rc, out = _verify(capsys, str(store.root))
+    assert rc == 1 and "_chunks/chunk-000002.json: marker records chunk 1" in out
+    assert "_chunks/chunk-000009.json: marker outside the run's plan of 3 chunks" in out
+    rc, out = _verify(capsys, str(store.root), "--repair")
+    assert "dropped 2 damaged chunk(s) (2, 9)" in out
+    assert store.complete_chunks() == {0, 1}
+    assert store.shard_path("trajectories", 1).exists()  # the copied marker's shards stay
+    assert not store.shard_path("trajectories", 2).exists()  # chunk 2 is generated again
