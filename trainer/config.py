@@ -13,7 +13,7 @@ are kept twice rather than shared through a package both would depend on.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -34,6 +34,18 @@ MAX_BATCH = 65_536
 MAX_TURNS = 256  # assistant turns per episode: the longest gold solution is ~10 calls
 MAX_NEW_TOKENS = 32_768  # tokens per generated turn: longer than any context here
 MAX_SEED = 2**63 - 1  # seeds travel as int64
+MAX_COUNT = 2**31 - 1  # steps, checkpoints, windows, layers, CPUs: a C int (2^31 steps of 0.1 s
+# are ~7 years), so no value overflows where torch, numpy or Ray keep it
+MAX_WORKERS = 100_000  # Ray workers or actors of one kind, a placement-group bundle each
+
+# Every integer field has an upper bound (tests/trainer/test_config.py walks the models to
+# check). These types carry the shared ones; a field keeps its own lower bound, and a type
+# carries none, because pydantic applies only the last of two `ge`s.
+Count = Annotated[int, Field(le=MAX_COUNT)]
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+AdamBeta = Annotated[float, Field(ge=0, lt=1)]  # torch.optim refuses others, in the worker
+PathText = Annotated[str, Field(min_length=1)]  # "" resolves to the working directory, or
+# (run_dir) to a storage URI Ray cannot parse
 
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -42,19 +54,20 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 class ModelConfig(StrictModel):
     builder: Literal["tiny", "small", "qwen2_5_1_5b", "qwen2_5_32b"] | None = Field(
         "tiny", description="random-init shape from trainer.model.builders (ignored with init_from)")
-    init_from: str | None = Field(None, description="local HF checkpoint (any Qwen2/Qwen2.5 or "
-                                  "one of ours) to start from instead of random weights, or a "
-                                  "run directory (its newest checkpoint when the run starts)")
+    init_from: PathText | None = Field(None, description="local HF checkpoint (any Qwen2/"
+                                       "Qwen2.5 or one of ours) to start from instead of random "
+                                       "weights, or a run directory (its newest checkpoint when "
+                                       "the run starts)")
     split_embeddings: bool = Field(True, description="second embedding for tool-call tokens")
     use_landmark: bool = Field(False, description="landmark attention (grouped softmax)")
-    landmark_block_size: int = Field(64, ge=1, description="tokens per landmark block")
-    landmark_retrieval_topk: int = Field(4, ge=1, description="blocks opened per query when decoding")
+    landmark_block_size: int = Field(64, ge=1, le=MAX_TOKENS, description="tokens per landmark block")
+    landmark_retrieval_topk: Count = Field(4, ge=1, description="blocks opened per query when decoding")
     use_mch: bool = Field(True, description="meta-cognitive head (needs OUT/negatives to learn)")
     mch_detach_backbone: bool = Field(True, description="MCH loss leaves the backbone alone")
-    train_layers: int | None = Field(None, ge=0, description="train only the top N decoder "
-                                     "layers (+ final norm and MCH); embeddings, head and the "
-                                     "layers below stay frozen, so backward stops at layer "
-                                     "L-N: for a pretrained start on CPU (null = train all)")
+    train_layers: Count | None = Field(None, ge=0, description="train only the top N decoder "
+                                       "layers (+ final norm and MCH); embeddings, head and the "
+                                       "layers below stay frozen, so backward stops at layer "
+                                       "L-N: for a pretrained start on CPU (null = train all)")
     gradient_checkpointing: bool = Field(False, description="recompute layers in backward: "
                                          "~30% more compute for activation memory ~1 layer")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="weights dtype "
@@ -120,7 +133,7 @@ class LossConfig(StrictModel):
     teacher: Literal["onehot", "topk", "online"] = Field("onehot", description="onehot for "
                                                          "scripted teachers; topk reads stored "
                                                          "logprobs; online runs teacher_model")
-    teacher_model: str | None = Field(None, description="HF checkpoint of the online teacher")
+    teacher_model: PathText | None = Field(None, description="HF checkpoint of the online teacher")
     lambda_reason: float = Field(1.0, ge=0)
     lambda_act: float = Field(1.0, ge=0)
     temperature: float = Field(1.0, gt=0)
@@ -172,16 +185,17 @@ class DPOConfig(StrictModel):
         "model", description="model = a frozen copy of the starting weights runs forward "
         "each step (small models); precomputed = reference log-probs computed once in a Ray "
         "Data pass and stored as Parquet beside the data, so the job holds one model (32B)")
-    reference_model: str | None = Field(None, description="reference checkpoint; default "
-                                        "model.init_from (the weights DPO starts from)")
-    reference_dir: str | None = Field(None, description="where precomputed log-probs live; "
-                                      "default SHARDS/reference_logps/<key of reference, "
-                                      "tokenizer, max_seq_len, sources, shards>")
+    reference_model: PathText | None = Field(None, description="reference checkpoint; default "
+                                             "model.init_from (the weights DPO starts from)")
+    reference_dir: PathText | None = Field(None, description="where precomputed log-probs live; "
+                                           "default SHARDS/reference_logps/<key of reference, "
+                                           "tokenizer, max_seq_len, sources, shards>")
     reference_batch_size: int = Field(8, ge=1, le=MAX_BATCH, description="pairs per forward in the "
                                       "precompute pass")
-    reference_workers: int = Field(1, ge=1, description="Ray Data actors of the precompute "
-                                   "pass, each holding the reference model")
-    reference_gpus: float = Field(0.0, ge=0, description="GPUs per precompute actor (0 = CPU)")
+    reference_workers: int = Field(1, ge=1, le=MAX_WORKERS, description="Ray Data actors of "
+                                   "the precompute pass, each holding the reference model")
+    reference_gpus: float = Field(0.0, ge=0, le=MAX_COUNT, description="GPUs per precompute "
+                                  "actor (0 = CPU)")
     chunk_size: int = Field(512, ge=1, le=MAX_TOKENS, description="time steps per logits chunk")
     recompute_chunks: bool | None = Field(None, description="recompute chunk logits in "
                                           "backward; null = only when full logits exceed 2 GiB")
@@ -260,15 +274,16 @@ class PPOConfig(StrictModel):
         "no value head trained)")
     envs: tuple[str, ...] = Field(("sql", "fs", "enterprise"), min_length=1,
                                   description="environments the training tasks come from")
-    task_seed: int = Field(0, ge=0, description="TaskSource seed of the training tasks (the "
-                           "generation task space; held-out evaluation tasks never overlap)")
+    task_seed: Seed = Field(0, description="TaskSource seed of the training tasks (the "
+                            "generation task space; held-out evaluation tasks never overlap)")
     tasks_per_iteration: int = Field(4, ge=1, le=MAX_BATCH, description="distinct tasks per iteration per "
                                      "worker")
     group_size: int = Field(2, ge=1, le=1024, description="rollouts per task (grpo/rloo need >= 2: the "
                             "baseline is the group's other rollouts)")
-    rollout_workers: int = Field(1, ge=1, description="rollout actors per learner worker, "
-                                 "each holding a copy of the policy")
-    rollout_cpus: float = Field(1.0, gt=0, description="CPUs reserved per rollout actor")
+    rollout_workers: int = Field(1, ge=1, le=MAX_WORKERS, description="rollout actors per "
+                                 "learner worker, each holding a copy of the policy")
+    rollout_cpus: float = Field(1.0, gt=0, le=MAX_COUNT, description="CPUs reserved per "
+                                "rollout actor")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of rollouts; the "
                                "learner scores tokens at the same temperature")
     max_turns: int = Field(6, ge=1, le=MAX_TURNS, description="assistant turns per episode")
@@ -321,36 +336,42 @@ class CurriculumConfig(StrictModel):
 class OptimConfig(StrictModel):
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    warmup_steps: int = Field(5, ge=0)
+    betas: tuple[AdamBeta, AdamBeta] = (0.9, 0.95)
+    warmup_steps: Count = Field(5, ge=0)
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="cosine decays to lr * this")
     grad_clip: float = Field(1.0, ge=0, description="0 = no clipping")
 
 
 class RunConfig(StrictModel):
-    max_steps: int = Field(40, ge=1, description="optimizer steps (a resumed run continues to this)")
-    save_every: int = Field(0, ge=0, description="checkpoint every N steps (0 = only at the end)")
-    keep_checkpoints: int = Field(2, ge=1)
+    max_steps: Count = Field(40, ge=1, description="optimizer steps (a resumed run continues to this)")
+    save_every: Count = Field(0, ge=0, description="checkpoint every N steps (0 = only at the end)")
+    keep_checkpoints: Count = Field(2, ge=1)
     max_failures: int = Field(0, ge=0, le=100, description="times Ray Train restarts the "
                               "worker group after a worker dies (killed, OOM, its node lost; "
                               "preemptions the cloud announces count apart, in Ray's "
                               "max_preemption_failures): each restart resumes from the latest "
                               "checkpoint, so save_every bounds the steps trained again; "
                               "0 = a dead worker fails the job")
-    seed: int = 0
+    seed: Seed = 0
     progress: bool = True
-    mch_auroc_window: int = Field(512, ge=2, description="labelled MCH steps behind the "
-                                  "running AUROC logged in metrics.jsonl (mch_auroc); each is "
-                                  "scored before the step trains on it")
+    mch_auroc_window: Count = Field(512, ge=2, description="labelled MCH steps behind the "
+                                    "running AUROC logged in metrics.jsonl (mch_auroc); each is "
+                                    "scored before the step trains on it")
 
 
 class ScalingConfig(StrictModel):
-    num_workers: int = Field(1, ge=1)
-    cpus_per_worker: int = Field(1, ge=1, description="leave CPUs for Ray Data: 2 workers "
-                                 "x 1 CPU on a 2-CPU machine starve the parquet reader")
+    num_workers: int = Field(1, ge=1, le=MAX_WORKERS)
+    cpus_per_worker: Count = Field(1, ge=1, description="leave CPUs for Ray Data: 2 workers "
+                                   "x 1 CPU on a 2-CPU machine starve the parquet reader")
     use_gpu: bool = False
     strategy: Literal["ddp", "deepspeed"] = "ddp"
-    deepspeed_config: str | None = Field(None, description="DeepSpeed JSON (strategy deepspeed)")
+    deepspeed_config: PathText | None = Field(None, description="DeepSpeed JSON (strategy deepspeed)")
+    worker_start_timeout_s: float = Field(
+        600.0, gt=0, le=86_400, description="longest wait for the cluster to place the "
+        "workers (an autoscaler adding a node, another job ending), at the start and at each "
+        "restart; then the fit fails naming what scaling asks for and what the cluster has. "
+        "Longer for slow autoscalers, shorter to fail fast on a fixed cluster; a request the "
+        "cluster can never hold is refused at once (trainer/placement.py)")
 
     @model_validator(mode="after")
     def _deepspeed(self) -> "ScalingConfig":
@@ -370,12 +391,12 @@ class TrainConfig(StrictModel):
                                                  "span-level distillation (loss, curriculum); "
                                                  "dpo = preference training on preferences/ "
                                                  "(dpo); ppo = RL in the environments (ppo)")
-    run_dir: str = Field(..., description="checkpoints, metrics.jsonl and Ray's run state; "
+    run_dir: PathText = Field(..., description="checkpoints, metrics.jsonl and Ray's run state; "
                          "rerunning into it resumes. Multi-node: a path every node can reach")
-    shards: str | None = Field(None, description="dataset OUT root (trajectories/, "
+    shards: PathText | None = Field(None, description="dataset OUT root (trajectories/, "
                                "preferences/, repairs/); required by sad and dpo, unused by "
                                "ppo (it writes its rollouts under run_dir/rollouts)")
-    tokenizer: str = Field(..., description="tokenizer directory (scripts/build_tokenizer.py)")
+    tokenizer: PathText = Field(..., description="tokenizer directory (scripts/build_tokenizer.py)")
     ray_address: str | None = Field(None, description="Ray to join; default $RAY_ADDRESS or local")
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)

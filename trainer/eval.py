@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from trainer.config import MAX_NEW_TOKENS, MAX_SEED, MAX_TURNS, StrictModel
+from trainer.config import MAX_NEW_TOKENS, MAX_TURNS, Seed, StrictModel
 
 if TYPE_CHECKING:  # torch, transformers and datagen load only when an evaluation runs
     from datagen.teachers.config import TeacherConfig
@@ -67,8 +67,8 @@ class EvalConfig(StrictModel):
                                   description="environments, assigned round-robin to tasks")
     num_tasks: int = Field(60, ge=1, le=100_000, description="held-out tasks: each gives one "
                            "gold trajectory (step level) and one episode")
-    eval_seed: int = Field(0, ge=0, le=MAX_SEED, description="family within the held-out space; another "
-                           "seed gives another, disjoint set of tasks")
+    eval_seed: Seed = Field(0, description="family within the held-out space; another "
+                            "seed gives another, disjoint set of tasks")
     shards: tuple[str, ...] = Field((), description="training OUT roots to check the tasks "
                                     "against (ids, seeds, instructions per env)")
     steps: bool = Field(True, description="run the step-level metrics")
@@ -111,7 +111,7 @@ class EvalConfig(StrictModel):
     batch_size: int = Field(8, ge=1, le=4096, description="episodes in flight")
     step_batch_tokens: int = Field(32_768, ge=1024, le=1 << 24, description="padded tokens per step-level "
                                    "forward (memory: cache + hidden states of that many)")
-    seed: int = Field(0, ge=0, le=MAX_SEED, description="sampling seed of the slow path")
+    seed: Seed = Field(0, description="sampling seed of the slow path")
     env_modules: tuple[str, ...] = Field((), description="modules whose @register_env "
                                          "environments can be named in envs")
     threads: int = Field(0, ge=0, le=1024, description="torch CPU threads (0: torch's default); on a "

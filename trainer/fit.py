@@ -15,6 +15,8 @@ Topology (readable here, in one place):
     faults:  a dead worker (killed, OOM, node lost) restarts the worker group up to
              `run.max_failures` times, each time from the latest checkpoint (same resume
              path as a rerun); past that, the job fails and a rerun resumes
+    placement: workers the cluster can never hold are refused before any work; others are
+             waited for at most `scaling.worker_start_timeout_s` (trainer.placement)
 
 CPU sizing: Ray Data needs a CPU of its own to read and tokenise; a 2-CPU machine runs one
 1-CPU worker (two 1-CPU workers starve the reader).
@@ -107,20 +109,22 @@ def job_env_vars() -> dict[str, str]:
             "RAY_DATA_USAGE_DISABLED": os.environ["RAY_DATA_USAGE_DISABLED"]}
 
 
-def init_ray(address: str | None) -> None:
+def init_ray(address: str | None) -> bool:
     """Join `address` / $RAY_ADDRESS, or start a local Ray with the dashboard on (Ray Train's
-    placement-group cleanup relies on the State API it serves)."""
+    placement-group cleanup relies on the State API it serves). True if this call started a
+    Ray (without an address, ray.init joins a `ray start` head of this host if there is one)."""
     import ray
 
     from datagen.pipeline.cluster import check_address
 
     if ray.is_initialized():
-        return
+        return False
     address = address or os.environ.get("RAY_ADDRESS")
     check_address(address)  # bounded: ray.init alone retried a silent address for minutes
     runtime_env = {"env_vars": job_env_vars()}
     ray.init(address=address, include_dashboard=None if address else True,
              logging_level=logging.WARNING, runtime_env=runtime_env)
+    return bool(getattr(getattr(ray._private.worker, "_global_node", None), "head", False))
 
 
 def parquet_reader_without_actors() -> None:
@@ -180,7 +184,9 @@ def _train(cfg: TrainConfig, recipe: Any) -> FitResult:
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    init_ray(cfg.ray_address)
+    from trainer.placement import bounded_worker_start, place_workers, worker_resources
+
+    place_workers(cfg.scaling, started_here=init_ray(cfg.ray_address))
     parquet_reader_without_actors()
     dataset, data_info = recipe.build_dataset(cfg)
     log.info("training data: %s", data_info)
@@ -195,16 +201,18 @@ def _train(cfg: TrainConfig, recipe: Any) -> FitResult:
         torch_config=TorchConfig(backend="nccl" if scaling.use_gpu else "gloo"),
         scaling_config=ray.train.ScalingConfig(
             num_workers=scaling.num_workers, use_gpu=scaling.use_gpu,
-            resources_per_worker={"CPU": scaling.cpus_per_worker}),
+            resources_per_worker=worker_resources(scaling)),
         run_config=ray.train.RunConfig(
             name=run_dir.name, storage_path=str(run_dir.parent),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
-            failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures),
+            failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures,
+                                                   controller_failure_limit=0),
             worker_runtime_env={"env_vars": worker_env} if worker_env else None),
         # ppo has no dataset: its data are the rollouts it plays in the loop; dpo with an
         # anchor has two (the pairs as "train", the trajectories as "anchor")
         **({"datasets": dataset if isinstance(dataset, dict) else {"train": dataset},
             "dataset_config": ordered_ingest()} if dataset is not None else {}))
-    result = trainer.fit()
+    with bounded_worker_start(scaling):
+        result = trainer.fit()
     checkpoint = result.checkpoint.path if result.checkpoint is not None else None
     return FitResult(str(run_dir), checkpoint, dict(result.metrics or {}), data_info)

@@ -171,6 +171,19 @@ def test_bad_overrides_end_in_one_config_error(override, message):
     ("data.batch_size=1000000000", "data.batch_size: Input should be less than or equal to"),
     ("data.max_seq_len=10000000000", "data.max_seq_len: Input should be less than or equal to"),
     ("loss.chunk_size=10000000000", "loss.chunk_size: Input should be less than or equal to"),
+    # each of these passed validation and failed in the workers, with a traceback and the
+    # advice to rerun: torch's "Invalid beta parameter", numpy's "Overflow when unpacking long
+    # long", deque's OverflowError
+    ("optim.betas=[2, 3]", "optim.betas.0: Input should be less than 1\n  optim.betas.1: "),
+    ("optim.betas=[0.9, -0.1]", "optim.betas.1: Input should be greater than or equal to 0"),
+    ("run.seed=100000000000000000000000", "run.seed: Input should be less than or equal to "
+     "9223372036854775807"),
+    ("run.seed=-1", "run.seed: Input should be greater than or equal to 0"),
+    ("run.mch_auroc_window=100000000000000000000", "run.mch_auroc_window: Input should be less "
+     "than or equal to 2147483647"),
+    ("optim.warmup_steps=100000000000000000000", "optim.warmup_steps: Input should be less"),
+    ("scaling.num_workers=1000000", "scaling.num_workers: Input should be less than or equal "
+     "to 100000"),
 ])
 def test_non_finite_and_unbounded_values_are_refused_before_any_work(override, message):
     """A NaN learning rate trains on NaN; a billion-document batch is allocated, not run."""
@@ -178,11 +191,55 @@ def test_non_finite_and_unbounded_values_are_refused_before_any_work(override, m
         load_config(ROOT / "configs" / "train_tiny.yaml", [override])
 
 
+def _integers(schema: dict, defs: dict, path: str = ""):
+    """(dotted path, schema) of every integer in a JSON schema, through $refs, unions and
+    tuples."""
+    if "$ref" in schema:
+        yield from _integers(defs[schema["$ref"].rsplit("/", 1)[-1]], defs, path)
+    if schema.get("type") == "integer":
+        yield path, schema
+    for key, child in schema.get("properties", {}).items():
+        yield from _integers(child, defs, f"{path}.{key}".lstrip("."))
+    for child in [*schema.get("anyOf", ()), *schema.get("prefixItems", ()),
+                  *[schema[key] for key in ("items", "additionalProperties")
+                    if isinstance(schema.get(key), dict)]]:
+        yield from _integers(child, defs, path)
+
+
+@pytest.mark.parametrize("model,nested", [("trainer.config.TrainConfig", "model.train_layers"),
+                                          ("trainer.eval.EvalConfig", "pref_tasks")])
+def test_every_integer_field_has_an_upper_bound_inside_int64(model, nested):
+    """Checked for every field, not the ones an audit named: an unbounded count or seed
+    reaches torch, numpy or Ray and overflows there, in a worker, after the run started."""
+    import importlib
+
+    module, name = model.rsplit(".", 1)
+    schema = getattr(importlib.import_module(module), name).model_json_schema()
+    integers = dict(_integers(schema, schema.get("$defs", {})))
+    assert nested in integers  # the walk reaches into sections and `int | None`
+    unbounded = [path for path, item in integers.items()
+                 if not item.get("maximum", 2**64) <= 2**63 - 1]
+    assert unbounded == []
+
+
+@pytest.mark.parametrize("field", ["run_dir", "shards", "tokenizer", "model.init_from",
+                                   "loss.teacher_model", "scaling.deepspeed_config"])
+def test_an_empty_path_is_refused_naming_its_field(field):
+    """`run_dir: ""` ended in Ray's `ArrowInvalid: URI has empty scheme` on the driver; an
+    empty shards or tokenizer resolved to the working directory."""
+    with pytest.raises(ConfigError, match=f"\n  {field}: String should have at least 1 "
+                                          f"character$"):
+        load_config(ROOT / "configs" / "train_tiny.yaml", [f"{field}=''"])
+
+
 def test_ppo_sizes_are_bounded():
     with pytest.raises(ConfigError, match="ppo.max_turns: Input should be less than or equal to 256"):
         load_config(ROOT / "configs" / "ppo_tiny.yaml", ["ppo.max_turns=1000000"])
     with pytest.raises(ConfigError, match="ppo.reward.success: Input should be a finite number"):
         load_config(ROOT / "configs" / "ppo_tiny.yaml", ["ppo.reward.success=.inf"])
+    with pytest.raises(ConfigError, match="ppo.task_seed: Input should be less than or equal "
+                                          "to 9223372036854775807"):
+        load_config(ROOT / "configs" / "ppo_tiny.yaml", ["ppo.task_seed=100000000000000000000000"])
 
 
 def test_fit_refuses_a_tokenizer_directory_without_a_tokenizer_before_ray(tmp_path, capsys,
