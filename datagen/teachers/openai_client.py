@@ -3,8 +3,12 @@
 Many episodes share one aiohttp session; `AIMDLimiter` bounds the requests in flight and adapts
 to 429s. A request is retried on 429, 5xx, 408/409, timeouts, connection errors and malformed
 bodies, with exponential backoff and full jitter (honouring Retry-After); after `max_retries`
-the turn fails and the episode records why. Successful bodies go to the request cache
-(`cache.py`), so a resumed run replays them for free. Usage gives token counts and cost.
+the turn fails and the episode records why. A body is malformed when any part of it has the
+wrong shape, a usage count is not a sane integer, it is larger than the request could produce
+(`max_body_bytes`: reading stops there, so an endless body costs bounded memory) or the turn's
+text is (`check_turn_size`); like a 5xx it may be a glitch of one response, so it is retried.
+Only fully parsed bodies go to the request cache (`cache.py`), so a resumed run replays them
+for free. Usage gives token counts and cost.
 
 The API key is read once from the environment variable the config names. It is sent in the
 Authorization header and nowhere else, and nothing the endpoint sends back is kept with it: a
@@ -42,12 +46,18 @@ from datagen.teachers.cache import RequestCache, fingerprint
 from datagen.teachers.config import OpenAIConfig, SamplingConfig, TeacherConfig
 from datagen.teachers.episode import Generation, TurnBackend, TurnRequest
 from datagen.teachers.llm import LLMTeacher
-from datagen.teachers.openai_wire import native_messages, parse_choice, parse_completion
+from datagen.teachers.openai_wire import (
+    MalformedResponse, check_turn_size, max_body_bytes, native_messages, parse_choice,
+    parse_completion)
 from datagen.teachers.redact import Redactor
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
+# what reading a 200 body may raise besides MalformedResponse (undecodable JSON, a value of the
+# right shape but the wrong type deep in logprobs, a token id that is not a number, a body
+# nested ~1000 deep - orjson reads 1024 levels - that carries the key: `redact_json` recurses)
+MALFORMED = (ValueError, TypeError, RecursionError)
 
 
 def backoff_seconds(attempt: int, base: float, cap: float, retry_after: str | None) -> float:
@@ -88,6 +98,10 @@ class OpenAIBackend(TurnBackend):
 
             self.tokenizer_name = config.tokenizer
             self.tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
+        choices = config.extra_body.get("n")
+        self.max_body_bytes = max_body_bytes(
+            sampling.max_tokens_per_turn, sampling.logprobs,
+            choices if isinstance(choices, int) and choices > 1 else 1)
         self._session: Any = None
         self.requests_sent = 0
 
@@ -161,22 +175,33 @@ class OpenAIBackend(TurnBackend):
     async def generate(self, request: TurnRequest) -> Generation:
         body = self.request_body(request)
         key = fingerprint(body, request.key) if self.cache is not None else ""
-        cached = self.cache.get(key) if self.cache is not None else None
-        if cached is not None:  # a cache written before redaction existed may hold the key
-            gen = self._parse(self._scrub(cached, orjson.loads(cached))[1])
-            gen.cached = True
-            return gen
+        cached = self._cached(key, request.max_tokens) if self.cache is not None else None
+        if cached is not None:
+            return cached
         started = time.perf_counter()
-        raw, response, retries, error = await self._post_with_retries(orjson.dumps(body))
-        if error is not None:
-            return Generation(error=error, retries=retries, seconds=time.perf_counter() - started)
-        gen = self._parse(response)
+        raw, gen, retries = await self._post_with_retries(orjson.dumps(body), request.max_tokens)
         gen.retries, gen.seconds = retries, time.perf_counter() - started
         # token ids that spelled a secret were dropped (`_redact_decoded`): the body holding
         # them is not cached, since decoding it would give the secret back
         spelled_secret = self.config.token_ids and gen.token_ids is None
         if gen.error is None and self.cache is not None and not spelled_secret:
             self.cache.put(key, raw)
+        return gen
+
+    def _cached(self, key: str, max_tokens: int) -> Generation | None:
+        """The cached answer, parsed like a live one (a cache written before redaction existed
+        may hold the key). A body that does not parse - written by a version that checked less
+        - is a miss: the request is sent again and its answer replaces the entry."""
+        raw = self.cache.get(key)
+        if raw is None:
+            return None
+        try:
+            gen = self._parse(raw, max_tokens)[1]
+        except MALFORMED as exc:
+            log.warning("cached response ignored, sending the request again: %s",
+                        self._malformed(exc))
+            return None
+        gen.cached = True
         return gen
 
     def _scrub(self, raw: bytes, response: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
@@ -195,18 +220,22 @@ class OpenAIBackend(TurnBackend):
             log.warning("the endpoint %s sent back the API key (or a part or an encoding of it); "
                         "it is stored as [redacted]", self.describe()["endpoint"])
 
-    def _parse(self, response: dict[str, Any]) -> Generation:
-        try:
-            gen = (parse_completion(response, self.tokenizer, self.sampling.logprobs)
-                   if self.config.token_ids else parse_choice(response))
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
-            return Generation(error=f"malformed response: {type(exc).__name__}: "
-                                    f"{self.redactor.excerpt(str(exc), 200)}")
+    def _parse(self, raw: bytes, max_tokens: int) -> tuple[bytes, Generation]:
+        """A 200 body -> (the bytes the cache may store, redacted; the turn). Raises
+        MalformedResponse (or another of MALFORMED) on a body that is not a full answer."""
+        raw, response = self._scrub(raw, orjson.loads(raw))
+        gen = (parse_completion(response, self.tokenizer, self.sampling.logprobs)
+               if self.config.token_ids else parse_choice(response))
+        check_turn_size(gen, max_tokens)
         if self.config.token_ids:
             self._redact_decoded(gen)
         gen.cost_usd = (gen.prompt_tokens * self.config.usd_per_million_input_tokens
                         + gen.completion_tokens * self.config.usd_per_million_output_tokens) / 1e6
-        return gen
+        return raw, gen
+
+    def _malformed(self, exc: Exception) -> str:
+        detail = str(exc) if isinstance(exc, MalformedResponse) else f"{type(exc).__name__}: {exc}"
+        return f"malformed response: {self.redactor.excerpt(detail, 200)}"
 
     def _redact_decoded(self, gen: Generation) -> None:
         """Token ids decoded to a secret (the body held only ids, so `_scrub` could not see it):
@@ -217,9 +246,9 @@ class OpenAIBackend(TurnBackend):
             self._count_redaction()
             gen.text, gen.token_ids, gen.topk_ids, gen.topk_logprobs = text, None, None, None
 
-    async def _post_with_retries(self, payload: bytes,
-                                 ) -> tuple[bytes, dict[str, Any], int, str | None]:
-        """POST until a readable 200 or a final failure: (raw, body, retries, error)."""
+    async def _post_with_retries(self, payload: bytes, max_tokens: int,
+                                 ) -> tuple[bytes, Generation, int]:
+        """POST until a readable 200 or a final failure: (raw body to cache, turn, retries)."""
         failure = "no attempt made"
         for attempt in range(self.config.max_retries + 1):
             retry_after = None
@@ -227,18 +256,15 @@ class OpenAIBackend(TurnBackend):
                 try:
                     status, raw, retry_after = await self._post(payload)
                     if status == 200:
-                        response = orjson.loads(raw)
-                        response["choices"][0]  # noqa: B018 - a body we cannot read is retried
+                        raw, gen = self._parse(raw, max_tokens)
                         slot.succeeded = True
-                        raw, response = self._scrub(raw, response)
-                        return raw, response, attempt, None
+                        return raw, gen, attempt
                     failure = f"HTTP {status}: {self.redactor.excerpt(raw, 200)}"
                     slot.throttled = status == 429
                     if status not in RETRYABLE_STATUS:  # 400, 401, 404...: retrying will not help
-                        return b"", {}, attempt, failure
-                except (orjson.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-                    failure = (f"malformed body: {type(exc).__name__}: "
-                               f"{self.redactor.excerpt(str(exc), 120)}")
+                        return b"", Generation(error=failure), attempt
+                except MALFORMED as exc:
+                    failure = self._malformed(exc)
                 except Exception as exc:  # timeouts, resets, refused connections
                     failure = self._describe_transport_error(exc)
             if attempt < self.config.max_retries:
@@ -247,13 +273,27 @@ class OpenAIBackend(TurnBackend):
                 log.info("retry %d/%d in %.2fs after %s", attempt + 1, self.config.max_retries,
                          delay, failure[:120])  # every failure text is redacted where it is made
                 await asyncio.sleep(delay)
-        return b"", {}, self.config.max_retries, (
-            f"gave up after {self.config.max_retries + 1} attempts: {failure}")
+        return b"", Generation(error=f"gave up after {self.config.max_retries + 1} attempts: "
+                                     f"{failure}"), self.config.max_retries
 
     async def _post(self, payload: bytes) -> tuple[int, bytes, str | None]:
         self.requests_sent += 1
         async with self._session.post(self.url, data=payload) as response:
-            return response.status, await response.read(), response.headers.get("Retry-After")
+            return (response.status, await self._read_capped(response),
+                    response.headers.get("Retry-After"))
+
+    async def _read_capped(self, response: Any) -> bytes:
+        """The body, read no further than `max_body_bytes` (an endless body would fill memory)."""
+        limit = self.max_body_bytes
+        if (response.content_length or 0) > limit:
+            raise MalformedResponse(f"response body over {limit} bytes "
+                                    f"(Content-Length {response.content_length})")
+        body = bytearray()
+        async for chunk in response.content.iter_any():
+            body += chunk
+            if len(body) > limit:
+                raise MalformedResponse(f"response body over {limit} bytes")
+        return bytes(body)
 
     def _describe_transport_error(self, exc: Exception) -> str:
         if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):

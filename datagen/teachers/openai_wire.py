@@ -1,7 +1,9 @@
 """Chat-completions wire format: reading a response into a Generation, and the native
 tool-call message shapes hosted APIs expect.
 
-Kept apart from the HTTP client so it can be tested on recorded bodies alone.
+Kept apart from the HTTP client so it can be tested on recorded bodies alone. Every shape is
+checked before it is used: a body that is not what the protocol says raises `MalformedResponse`
+(the client retries it and never caches it), never an AttributeError deep in a parser.
 """
 
 from __future__ import annotations
@@ -14,14 +16,74 @@ from datagen.chat import IM_END, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, parse_assistan
 from datagen.teachers.episode import Generation
 from datagen.teachers.trace import turn_text
 
+# Usage counts above this are not token counts (a context is at most ~1e7 tokens): a trillion
+# per request keeps every sum over turns, episodes and chunks inside int64 (Arrow, orjson).
+MAX_USAGE_TOKENS = 2 ** 40
+# A turn's text longer than this many characters per requested token cannot come from the
+# model: the longest tokens of common vocabularies (runs of spaces, dashes) are far shorter.
+MAX_CHARS_PER_TOKEN = 256
+# Response bodies: per generated token and candidate (the sampled token plus its top-k),
+# OpenAI-style logprobs spell the token, its logprob and its UTF-8 bytes - about 60 bytes for
+# an English token, under 200 for a 16-byte one fully JSON-escaped; 256 is an upper bound on
+# the average. Small requests get the floor, far above any real chat-completions body.
+BYTES_PER_TOKEN_CANDIDATE = 256
+MIN_BODY_BYTES = 8 << 20
 
-def _token_id(token: str) -> int:
-    """vLLM's `return_tokens_as_token_ids` spells tokens as `token_id:123`."""
-    prefix, _, number = token.partition(":")
+
+class MalformedResponse(ValueError):
+    """A 200 body that is not a response we can read (retried, never cached)."""
+
+
+def max_body_bytes(max_tokens: int, logprobs: int, choices: int) -> int:
+    """The most bytes a response to `choices` completions of `max_tokens` tokens with top-k
+    `logprobs` can take; a body beyond it is malformed (an endless or padded stream)."""
+    return max(MIN_BODY_BYTES, BYTES_PER_TOKEN_CANDIDATE * max_tokens * (1 + logprobs) * choices)
+
+
+def check_turn_size(gen: Generation, max_tokens: int) -> None:
+    """Raise if the turn's text is far longer than `max_tokens` tokens could spell."""
+    limit = MAX_CHARS_PER_TOKEN * max_tokens
+    if len(gen.text) > limit:
+        raise MalformedResponse(f"turn text of {len(gen.text)} characters, more than "
+                                f"{max_tokens} tokens can produce (limit {limit})")
+
+
+def _expect(value: Any, kind: type, where: str) -> Any:
+    if not isinstance(value, kind):
+        raise MalformedResponse(f"{where} is {type(value).__name__}, expected {kind.__name__}")
+    return value
+
+
+def _first_choice(body: Any) -> dict[str, Any]:
+    choices = _expect(_expect(body, dict, "the body").get("choices"), list, "choices")
+    if not choices:
+        raise MalformedResponse("choices is empty")
+    return _expect(choices[0], dict, "choices[0]")
+
+
+def _usage(body: dict[str, Any], name: str, default: int) -> int:
+    """`usage[name]` (absent or 0 -> `default`); anything but a sane count is malformed."""
+    value = _expect(body.get("usage") or {}, dict, "usage").get(name)
+    if value is None:
+        return default
+    if type(value) is not int or not 0 <= value < MAX_USAGE_TOKENS:
+        raise MalformedResponse(f"usage.{name} is {str(value)[:40]}, expected an integer in "
+                                f"[0, 2^40)")
+    return value or default
+
+
+def _token_id(token: str, vocab: int) -> int:
+    """vLLM's `return_tokens_as_token_ids` spells tokens as `token_id:123`; an id outside the
+    vocabulary would decode to nothing (or raise) and break the trainer's embedding lookup."""
+    prefix, _, number = _expect(token, str, "a token").partition(":")
     if prefix != "token_id":
-        raise ValueError(f"expected 'token_id:N' tokens (vLLM return_tokens_as_token_ids), "
-                         f"got {token[:40]!r}")
-    return int(number)
+        raise MalformedResponse(f"expected 'token_id:N' tokens (vLLM "
+                                f"return_tokens_as_token_ids), got {token[:40]!r}")
+    token_id = int(number)
+    if not 0 <= token_id < vocab:
+        raise MalformedResponse(f"token id {str(token_id)[:40]} outside the vocabulary "
+                                f"(size {vocab})")
+    return token_id
 
 
 def native_call_text(tool_calls: list[dict[str, Any]]) -> str:
@@ -29,12 +91,13 @@ def native_call_text(tool_calls: list[dict[str, Any]]) -> str:
     whichever format the endpoint used. Arguments are kept as sent: a malformed JSON string
     stays malformed and the parser records it."""
     blocks = []
-    for call in tool_calls:
-        function = call.get("function") or {}
+    for call in _expect(tool_calls, list, "tool_calls"):
+        call = _expect(call, dict, "a tool call")
+        function = _expect(call.get("function") or {}, dict, "a tool call's function")
         arguments = function.get("arguments")
         if not isinstance(arguments, str):
             arguments = orjson.dumps(arguments if arguments is not None else {}).decode()
-        name = str(function.get("name", ""))
+        name = _expect(function.get("name") or "", str, "a tool call's name")
         blocks.append(f'{TOOL_CALL_OPEN}\n{{"name": "{name}", "arguments": {arguments or "{}"}}}'
                       f"\n{TOOL_CALL_CLOSE}")
     return "\n".join(blocks)
@@ -44,18 +107,21 @@ def parse_completion(body: dict[str, Any], tokenizer: Any, k: int) -> Generation
     """A /v1/completions body of a vLLM server asked for token ids -> Generation with the exact
     generated ids and their top-k (vLLM lists k+1 candidates: the sampled token and the top k;
     the sampled one is dropped unless it is in the top k). Raises on a malformed body."""
-    choice = body["choices"][0]
-    logprobs = choice.get("logprobs") or {}
-    ids = [_token_id(token) for token in logprobs.get("tokens") or []]
-    usage = body.get("usage") or {}
+    choice = _first_choice(body)
+    logprobs = _expect(choice.get("logprobs") or {}, dict, "logprobs")
+    vocab = len(tokenizer)
+    ids = [_token_id(token, vocab)
+           for token in _expect(logprobs.get("tokens") or [], list, "tokens")]
     gen = Generation(text=turn_text(tokenizer, ids), token_ids=ids,
                      finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
-                     prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                     completion_tokens=int(usage.get("completion_tokens") or len(ids)))
+                     prompt_tokens=_usage(body, "prompt_tokens", 0),
+                     completion_tokens=_usage(body, "completion_tokens", len(ids)))
     if k:
-        tops = [sorted((candidates or {}).items(), key=lambda item: -item[1])[:k]
-                for candidates in logprobs.get("top_logprobs") or []]
-        gen.topk_ids = [[_token_id(token) for token, _ in top] for top in tops]
+        tops = [sorted(_expect(candidates or {}, dict, "top_logprobs[i]").items(),
+                       key=lambda item: -item[1])[:k]
+                for candidates in _expect(logprobs.get("top_logprobs") or [], list,
+                                          "top_logprobs")]
+        gen.topk_ids = [[_token_id(token, vocab) for token, _ in top] for top in tops]
         gen.topk_logprobs = [[float(value) for _, value in top] for top in tops]
     return gen
 
@@ -63,19 +129,16 @@ def parse_completion(body: dict[str, Any], tokenizer: Any, k: int) -> Generation
 def parse_choice(body: dict[str, Any]) -> Generation:
     """A chat-completions response body -> Generation (raises on a malformed body). Text only:
     token strings in `logprobs` cannot be aligned with ids (use `token_ids` for that)."""
-    choice = body["choices"][0]
-    message = choice["message"]
-    content = message.get("content") or ""
-    if not isinstance(content, str):
-        raise TypeError(f"message content is {type(content).__name__}, expected text")
+    choice = _first_choice(body)
+    message = _expect(choice.get("message"), dict, "choices[0].message")
+    content = _expect(message.get("content") or "", str, "message content")
     content = content.removesuffix(IM_END)  # servers that keep special tokens show the turn end
     calls = message.get("tool_calls") or []
     text = content + ("\n" if content and calls else "") + native_call_text(calls)
-    usage = body.get("usage") or {}
     return Generation(text=text,
                       finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
-                      prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                      completion_tokens=int(usage.get("completion_tokens") or 0))
+                      prompt_tokens=_usage(body, "prompt_tokens", 0),
+                      completion_tokens=_usage(body, "completion_tokens", 0))
 
 
 def native_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

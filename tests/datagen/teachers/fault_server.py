@@ -2,9 +2,10 @@
 
 It speaks the protocol for real (aiohttp, its own thread and event loop) and, before answering,
 plays queued faults: 429 (with or without Retry-After), 500, 503, a hang (the request never
-gets an answer), a 200 with a malformed or truncated body, a 500 that echoes the request's
-headers, and `echo-key:STATUS:ENCODING[@OFFSET]`: a response that sends the API key back in one
-of `ECHO_ENCODINGS` (an error body with the echo OFFSET characters in, or a 200 with it in the
+gets an answer), a 200 with a malformed or truncated body, with one of the wrong-shape or
+oversized `HOSTILE_BODIES`, or an `endless` one, a 500 that echoes the request's headers, and
+`echo-key:STATUS:ENCODING[@OFFSET]`: a response that sends the API key back in one of
+`ECHO_ENCODINGS` (an error body with the echo OFFSET characters in, or a 200 with it in the
 id, the system fingerprint and the content). `echo_200` makes every 200 answer echo the key, in
 those encodings in turn. Answers come from `ScriptedAgent`, a fake teacher that follows each
 task's gold solution - not a model, and named so - or from any function given.
@@ -50,6 +51,7 @@ ECHO_ENCODINGS: dict[str, Callable[[str], str]] = {
     "b64url-bearer": lambda key: base64.urlsafe_b64encode(f"Bearer {key}".encode()).decode(),
 }
 _ECHO = "@@ECHO@@"
+ENDLESS_STOP = 256 << 20  # an `endless` body ends here, so a client that reads on is caught
 
 
 def echo_body(reply: str | dict[str, Any], key: str, encoding: str) -> bytes:
@@ -86,6 +88,41 @@ def completion(reply: str | dict[str, Any], prompt_tokens: int = 100,
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens}}
+
+
+def _answer(message: Any = None, usage: Any = None) -> bytes:
+    """A final answer with its message or usage replaced (by anything, of any shape)."""
+    body = completion("Final answer: 42")
+    if message is not None:
+        body["choices"][0]["message"] = message
+    if usage is not None:
+        body["usage"] = usage
+    return orjson.dumps(body)
+
+
+def _calls(tool_calls: Any) -> bytes:
+    return _answer({"role": "assistant", "content": None, "tool_calls": tool_calls})
+
+
+def _content(content: Any) -> bytes:
+    return _answer({"role": "assistant", "content": content})
+
+
+# 200 bodies a client must read as malformed (fault names -> body); none is a valid answer.
+HOSTILE_BODIES: dict[str, Callable[[], bytes]] = {
+    "choices-str": lambda: orjson.dumps({"choices": "abc"}),
+    "message-list": lambda: _answer(["not", "a", "dict"]),
+    "content-dict": lambda: _content({"text": "hi"}),
+    "tool-calls-str": lambda: _calls("run_sql"),
+    "tool-call-int": lambda: _calls([7]),
+    "function-str": lambda: _calls([{"id": "c", "type": "function", "function": "run_sql"}]),
+    "usage-str": lambda: _answer(usage="lots"),
+    "usage-huge": lambda: _answer(usage={"prompt_tokens": 1e300, "completion_tokens": 5}),
+    "usage-negative": lambda: _answer(usage={"prompt_tokens": 10, "completion_tokens": -5}),
+    "usage-64bit": lambda: _answer(usage={"prompt_tokens": 2 ** 63 - 1}),
+    "content-long": lambda: _content("Final answer: " + "A" * 300_000),
+    "content-9mb": lambda: _content("Final answer: " + "A" * 9_000_000),
+}
 
 
 class ScriptedAgent:
@@ -125,6 +162,7 @@ class FaultServer:
         self.authorizations: list[str | None] = []  # Authorization headers received
         self.in_flight = 0
         self.peak_in_flight = 0
+        self.endless_bytes_sent = 0
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
@@ -136,7 +174,8 @@ class FaultServer:
 
     def queue(self, *faults: str) -> None:
         """Faults for the next requests, in order: 429, 429-retry-after, 500, 503, hang,
-        malformed, truncated, no-choices, echo-headers, 400, echo-key:STATUS:ENCODING[@N]."""
+        malformed, truncated, no-choices, echo-headers, 400, echo-key:STATUS:ENCODING[@N],
+        endless and the names of HOSTILE_BODIES."""
         self.faults.extend(faults)
 
     def start(self) -> FaultServer:
@@ -196,12 +235,31 @@ class FaultServer:
                                 content_type="application/json")
         return web.Response(status=status, text=echo_error(key, encoding, offset))
 
-    async def _fault(self, fault: str, request: web.Request) -> web.Response:
+    async def _endless(self, request: web.Request) -> web.StreamResponse:
+        """A 200 whose content never ends (chunked, no length) - until ENDLESS_STOP bytes or
+        until the client hangs up."""
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"choices": [{"message": {"content": "')
+        chunk = b"x" * (1 << 20)
+        try:
+            while self.endless_bytes_sent < ENDLESS_STOP:
+                await response.write(chunk)
+                self.endless_bytes_sent += len(chunk)
+        except ConnectionError:
+            pass  # the client stopped reading
+        return response
+
+    async def _fault(self, fault: str, request: web.Request) -> web.StreamResponse:
         if fault.startswith("echo-key:"):  # echo-key:STATUS:ENCODING[@OFFSET]
             _, status, encoding = fault.split(":")
             encoding, _, offset = encoding.partition("@")
             return self._echo(request, await request.json(), int(status), encoding,
                               int(offset or 0))
+        if fault in HOSTILE_BODIES:
+            return web.Response(body=HOSTILE_BODIES[fault](), content_type="application/json")
+        if fault == "endless":
+            return await self._endless(request)
         if fault == "hang":
             await asyncio.sleep(3600)  # the client's timeout must fire first
         if fault == "429":

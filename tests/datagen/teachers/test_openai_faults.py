@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+import pyarrow.parquet as pq
 import pytest
 
 from datagen.pipeline.chunk import ChunkProcessor, plan_chunks
@@ -14,8 +15,9 @@ from datagen.config import GenerateConfig
 from datagen.rows import render
 from datagen.spans import check_tiling
 from datagen.teachers import make_teacher
+from datagen.teachers.cache import RequestCache
 from datagen.teachers.config import TeacherConfig
-from tests.datagen.teachers.fault_server import ScriptedAgent
+from tests.datagen.teachers.fault_server import HOSTILE_BODIES, ScriptedAgent
 from tests.datagen.teachers.helpers import make_tasks
 
 FAST_RETRIES = {"max_retries": 6, "backoff_base_s": 0.01, "backoff_max_s": 0.05,
@@ -158,3 +160,78 @@ def test_native_tool_calls_round_trip(fault_server):
     assert server.bodies[0]["tools"][0]["type"] == "function"
     text, _ = render(trajectories[0])
     assert "<tool_call>" in text, "rows show native calls in the template's text form"
+
+
+# What a row says (after "malformed response: ") for each hostile 200 body of the fault server.
+MALFORMED_BODIES = {
+    "choices-str": "choices is str, expected list",
+    "message-list": "choices[0].message is list, expected dict",
+    "content-dict": "message content is dict, expected str",
+    "tool-calls-str": "tool_calls is str, expected list",
+    "tool-call-int": "a tool call is int, expected dict",
+    "function-str": "a tool call's function is str, expected dict",
+    "usage-str": "usage is str, expected dict",
+    "usage-huge": "usage.prompt_tokens is 1e+300, expected an integer in [0, 2^40)",
+    "usage-negative": "usage.completion_tokens is -5, expected an integer in [0, 2^40)",
+    "usage-64bit": "usage.prompt_tokens is 9223372036854775807, expected an integer",
+    "content-long": "turn text of 300014 characters, more than 512 tokens can produce",
+    "content-9mb": "response body over 8388608 bytes (Content-Length 9000",
+}
+GAVE_UP = "generation_failed: turn 0: gave up after 2 attempts: malformed response: "
+
+
+@pytest.mark.parametrize("fault", sorted(MALFORMED_BODIES))
+def test_malformed_bodies_become_rows_and_are_retried(fault_server, fault):
+    tasks = make_tasks(1)
+    server = fault_server(ScriptedAgent(tasks))
+    teacher = _teacher(server, max_retries=1)
+    server.queue(fault, fault)
+    [traj] = teacher.rollout_batch(tasks)
+    assert traj.error_kind == "generation_failed"
+    assert traj.error.startswith(GAVE_UP + MALFORMED_BODIES[fault]), traj.error
+    server.queue(fault)
+    [traj] = teacher.rollout_batch(tasks)
+    assert traj.success and traj.meta["retries"] == 1, traj.error
+
+
+def test_an_endless_body_is_read_no_further_than_the_limit(fault_server):
+    tasks = make_tasks(1)
+    server = fault_server(ScriptedAgent(tasks))
+    teacher = _teacher(server, max_retries=1)
+    limit = teacher.backend.max_body_bytes
+    server.queue("endless", "endless")
+    [traj] = teacher.rollout_batch(tasks)
+    assert traj.error == GAVE_UP + f"response body over {limit} bytes"
+    # what the server got out before the client hung up: the limit plus socket buffers
+    assert server.endless_bytes_sent < 2 * limit + (32 << 20), server.endless_bytes_sent
+
+
+def test_a_malformed_body_is_never_cached_and_a_rerun_recovers(fault_server, tmp_path):
+    tasks = make_tasks(2, envs=("sql",))
+    server = fault_server(ScriptedAgent(tasks))
+    cache_dir = tmp_path / "cache"
+    teacher = {"backend": "openai", "openai": {
+        "base_url": server.base_url, "model": "fake", **FAST_RETRIES, "max_retries": 1,
+        "cache": True, "cache_dir": str(cache_dir)}, "sampling": {"logprobs": 0}}
+
+    def run(name: str) -> list[dict]:
+        config = GenerateConfig(out=str(tmp_path / name), num_trajectories=2, chunk_size=2,
+                                envs=[{"name": "sql"}], teacher=teacher, progress=False)
+        record = ChunkProcessor(config).process(plan_chunks(config)[0])
+        return pq.read_table(tmp_path / name / record.shards["trajectories"].file).to_pylist()
+
+    server.queue(*["usage-huge"] * 4)  # both episodes' first turn, and its retry
+    rows = run("first")
+    assert [row["error"] for row in rows] == [GAVE_UP + MALFORMED_BODIES["usage-huge"]] * 2
+    cache = RequestCache(cache_dir / "openai_requests.sqlite")
+    assert len(cache) == 0, "a malformed body never enters the cache"
+    assert all(row["success"] for row in run("rerun"))
+    paid = len(server.bodies)
+    assert len(cache) == paid - 4
+
+    # a cache written by a version that checked less: its bodies are sent again, and replaced
+    cache._db.execute("UPDATE responses SET body = ?", (HOSTILE_BODIES["usage-huge"](),))
+    assert all(row["success"] for row in run("old-cache"))
+    assert len(server.bodies) == paid + len(cache)
+    assert all(b"1e+300" not in body and b"1e300" not in body
+               for (body,) in cache._db.execute("SELECT body FROM responses"))
