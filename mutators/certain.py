@@ -6,15 +6,17 @@ what its description states (`prose.py`).
 
 from __future__ import annotations
 
+import itertools
 import re
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from mutators.compile import CompiledSchema
 from mutators.entities import alias_of, siblings
 from mutators.introspect import accepted_types, group_policy
 from mutators.jsonvalues import json_type
-from mutators.prose import UNREADABLE, marked_cosmetic, prose_enum, same_meaning, stated_default
+from mutators.prose import (UNREADABLE, marked_cosmetic, meaning_key, prose_enum, same_meaning,
+                            stated_default)
 from mutators.schema import Node
 from mutators.slots import Slot, effective_nodes, property_node
 from mutators.validate import ToolInfo
@@ -134,14 +136,14 @@ def swap_changes_meaning(tool: ToolInfo, first_key: Any, second_key: Any, first:
                 and parallel_names(first_key, second_key))
 
 
-def other_members(enum: tuple, prose: tuple, value: Any) -> list[Any]:
+def other_members(enum: tuple, prose: tuple, value: Any) -> Iterator[Any]:
     """Members of the schema's enum, then of the description's list when `value` is on it,
-    that do not mean what `value` means."""
+    that do not mean what `value` means, in order and read lazily: a caller that takes the
+    first few of a 100,000-member enum reads only as far as it takes."""
     if indefinite(value):
-        return []  # away from "auto": auto may have picked the new value
-    members = list(enum)
-    if any(same_meaning(member, value) for member in prose):
-        members += prose
+        return iter(())  # away from "auto": auto may have picked the new value
+    members = itertools.chain(enum, prose) if any(
+        same_meaning(member, value) for member in prose) else iter(enum)
     return _distinct(m for m in members if not same_meaning(m, value) and not indefinite(m)
                      and not _aliases(m, value))
 
@@ -151,13 +153,22 @@ def _aliases(first: Any, second: Any) -> bool:
     return isinstance(first, str) and isinstance(second, str) and alias_of(first, second)
 
 
-def _distinct(values: Any) -> list[Any]:
-    """Values without repeats of the same meaning, in order (members may be unhashable)."""
-    kept: list[Any] = []
+def _distinct(values: Iterable[Any]) -> Iterator[Any]:
+    """Values without repeats of the same meaning, in order: scalars by their meaning key
+    (linear), objects and arrays compared with those kept (rare in enums)."""
+    keys: set = set()
+    compound: list[Any] = []
     for value in values:
-        if not any(same_meaning(value, seen) for seen in kept):
-            kept.append(value)
-    return kept
+        key = meaning_key(value)
+        if key is None:
+            if any(same_meaning(value, seen) for seen in compound):
+                continue
+            compound.append(value)
+        elif key in keys:
+            continue
+        else:
+            keys.add(key)
+        yield value
 
 
 def listed_in_prose(slot: Slot) -> bool:
@@ -203,8 +214,9 @@ def non_default_values(node: Node, key: str = "") -> list[Any]:
     types = accepted_types(node) or frozenset()
     members = list(node.enum or ()) + list(prose_enum(node))
     if members:
-        return _distinct(m for m in members if not same_meaning(m, value) and not indefinite(m)
-                         and not _aliases(m, value))[:4]
+        return list(itertools.islice(_distinct(
+            m for m in members if not same_meaning(m, value) and not indefinite(m)
+            and not _aliases(m, value)), 4))
     tag = json_type(value)
     if tag == "boolean" and not marked_cosmetic(node):
         return [not value]

@@ -6,6 +6,10 @@ the common leaves (`{"type": "string"}`, a string enum). The cache is keyed firs
 identity of the `parameters` dict (the dict is held, so its id cannot be reused), then by a
 content fingerprint, so tools rebuilt per task still hit. Schemas are treated as immutable
 once seen; a spec edited in place must be passed as a new dict.
+
+A schema whose checks can multiply (its `$ref`s loop, or written out as a tree it would be
+huge) is compiled with counted checks: one validation may run at most a budget of them
+(`check_budget.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import orjson
 from mutators.applicator_checks import (conditional_check, contains_check, dependency_check,
                                         property_names_check, unevaluated_items_check,
                                         unevaluated_properties_check)
+from mutators.check_budget import (UNFOLDED_LIMIT, SchemaTooComplex, counted,
+                                   with_budget)
 from mutators.evaluated import Evaluation
 from mutators.introspect import (accepted_types, base_policy, describe_types, group_policy,
                                  merge_policies)
@@ -27,6 +33,7 @@ from mutators.keyword_checks import (Check, Err, json_check, key_errors, number_
                                      pattern_miss, string_check, under, unique_check,
                                      unknown_key_detail, value_check)
 from mutators.late_memo import LateBoundMemo
+from mutators.node_graph import unfolded_size
 from mutators.safe_regex import UNDECIDED
 from mutators.schema import Node, normalise
 
@@ -44,10 +51,13 @@ def _never(value: Any) -> list[Err]:
 
 class Compiler:
     """Builds and memoises one check per (node, keyed). `keyed` checks enforce the object's
-    key policy; branch checks (inside anyOf/allOf) leave keys to the object that owns them."""
+    key policy; branch checks (inside anyOf/allOf) leave keys to the object that owns them.
+    `budgeted`: every check built spends from the validation's budget (`check_budget.py`)."""
 
-    def __init__(self) -> None:
-        self._checks = LateBoundMemo()  # a recursive $ref gets its check bound late
+    def __init__(self, budgeted: bool = False) -> None:
+        self.budgeted = budgeted
+        self.wrap = counted if budgeted else None
+        self._checks = LateBoundMemo(self.wrap)  # a recursive $ref gets its check bound late
         self.evaluation = Evaluation(self)  # for unevaluatedProperties / unevaluatedItems
 
     def check(self, node: Node, keyed: bool = True) -> Check:
@@ -312,17 +322,31 @@ class CompiledSchema:
     warnings: tuple[str, ...]
     compiler: Compiler
     time_budgeted: bool = False  # see NormalisedSchema
+    error: str | None = None  # the schema cannot be used (then `check` reports this)
 
     def accepts(self, node: Node, value: Any, keyed: bool = True) -> bool:
-        """Whether `value` is valid at `node` (a node of this schema's graph)."""
-        return not self.compiler.check(node, keyed)(value)
+        """Whether `value` is valid at `node` (a node of this schema's graph); False when
+        the budget of a counted schema runs out before that is known."""
+        check = self.compiler.check(node, keyed)
+        if not self.compiler.budgeted:
+            return not check(value)
+        try:
+            return not with_budget(check)(value)
+        except SchemaTooComplex:
+            return False
 
 
 def _build(parameters: Any) -> CompiledSchema:
     normalised = normalise(parameters)
-    compiler = Compiler()
-    return CompiledSchema(normalised.root, compiler.check(normalised.root), normalised.warnings,
-                          compiler, normalised.time_budgeted)
+    if normalised.error is not None:
+        error = normalised.error
+        return CompiledSchema(normalised.root, lambda value: [Err("malformed", error)],
+                              normalised.warnings, Compiler(), error=error)
+    size = unfolded_size(normalised.root, UNFOLDED_LIMIT + 1)
+    compiler = Compiler(budgeted=size is None or size > UNFOLDED_LIMIT)
+    check = compiler.check(normalised.root)
+    return CompiledSchema(normalised.root, with_budget(check) if compiler.budgeted else check,
+                          normalised.warnings, compiler, normalised.time_budgeted)
 
 
 def _fingerprint(parameters: Any) -> bytes | None:

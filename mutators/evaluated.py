@@ -36,7 +36,7 @@ class Evaluation:
 
     def __init__(self, compiler: Any) -> None:
         self.compiler = compiler
-        self._memo = LateBoundMemo()  # a recursive $ref gets its function bound late
+        self._memo = LateBoundMemo(compiler.wrap)  # a recursive $ref gets its function bound late
 
     def keys(self, node: Node) -> Evaluated:
         """Keys `node` evaluates, its own `unevaluatedProperties` included."""

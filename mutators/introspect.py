@@ -14,18 +14,26 @@ Each schema in that group votes: explicit `additionalProperties: false` (else
 `additionalProperties: true` or a schema (else `unevaluatedProperties` true or a schema)
 votes "open" (an explicit open beats a closed); a schema that says neither
 (`{"type": "object"}`) does not vote. An object nobody votes on is free-form (open).
+
+Both answers are computed once per node (`node_graph.per_node`: linear in the schema's size
+however its `$ref`s share nodes) and kept in `node.memo`. A branch that leads back into the
+node's own loop (a `$ref` cycle through allOf/anyOf/if, which validation could only follow
+forever) counts as any type, and with its own keys only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from mutators.jsonvalues import json_type
+from mutators.node_graph import IN_CYCLE, per_node
 from mutators.safe_regex import SafeRegex
 from mutators.schema import Node
 
 OPEN, CLOSED = "open", "closed"
 _ALL_TYPES = frozenset(("string", "integer", "number", "boolean", "object", "array", "null"))
+_MISSING = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +85,9 @@ def _object_capable(node: Node) -> bool:
     return types is None or "object" in types
 
 
-def union_policy(branches: tuple[Node, ...], seen: frozenset[int] = frozenset()) -> KeyPolicy:
+def _union(policies: list[KeyPolicy]) -> KeyPolicy:
     """The policy of "one of these branches" when we do not know which one matched: every
     declared key counts; closed only if every branch that accepts objects is closed."""
-    policies = [group_policy(b, seen) for b in branches if _object_capable(b)]
     declared = frozenset().union(*(p.declared for p in policies)) if policies else frozenset()
     patterns = tuple(p for policy in policies for p in policy.patterns)
     votes = [p.vote for p in policies]
@@ -89,53 +96,59 @@ def union_policy(branches: tuple[Node, ...], seen: frozenset[int] = frozenset())
     return KeyPolicy(declared, patterns, vote, extra)
 
 
-def base_policy(node: Node, seen: frozenset[int] = frozenset()) -> KeyPolicy:
+def group_policy(node: Node) -> KeyPolicy:
+    """The policy of `node` including all its branches (anyOf read as a union)."""
+    found = node.memo.get("group_policy")
+    return found if found is not None else per_node(node, "group_policy", _policy_branches,
+                                                    _group_policy)
+
+
+def base_policy(node: Node) -> KeyPolicy:
     """`node`'s own policy merged with its `allOf` branches and, read as a union, its
     if/then/else and dependentSchemas branches (not its `anyOf` branches)."""
-    seen = seen | {id(node)}
+    group_policy(node)  # computes the base policy on the way
+    return node.memo["base_policy"]
+
+
+def _conditional(node: Node) -> tuple[Node, ...]:
+    return tuple(branch for branch in (node.if_, node.then, node.else_,
+                                       *(sub for _, sub in node.dependent_schemas))
+                 if branch is not None)
+
+
+def _policy_branches(node: Node) -> tuple[Node, ...]:
+    return (*node.all_of, *_conditional(node), *node.any_of)
+
+
+def _group_policy(node: Node, of: Callable[[Node], Any]) -> KeyPolicy:
+    def policy_of(branch: Node) -> KeyPolicy:  # a branch back into node's cycle: its own keys
+        found = of(branch)
+        return own_policy(branch) if found is IN_CYCLE else found
+
     policy = own_policy(node)
     for branch in node.all_of:
-        if id(branch) not in seen:
-            policy = merge_policies(policy, group_policy(branch, seen))
-    conditional = tuple(branch for branch in (node.if_, node.then, node.else_,
-                                              *(sub for _, sub in node.dependent_schemas))
-                        if branch is not None and id(branch) not in seen)
+        policy = merge_policies(policy, policy_of(branch))
+    conditional = _conditional(node)
     if conditional:
-        policy = merge_policies(policy, union_policy(conditional, seen))
+        policy = merge_policies(policy, _union([policy_of(b) for b in conditional
+                                                if _object_capable(b)]))
+    node.memo["base_policy"] = policy
+    if node.any_of:
+        policy = merge_policies(policy, _union([policy_of(b) for b in node.any_of
+                                                if _object_capable(b)]))
     return policy
 
 
-def group_policy(node: Node, seen: frozenset[int] = frozenset()) -> KeyPolicy:
-    """The policy of `node` including all its branches (anyOf read as a union)."""
-    if not seen:
-        if "group_policy" not in node.memo:
-            node.memo["group_policy"] = _group_policy(node, seen)
-        return node.memo["group_policy"]
-    return _group_policy(node, seen)
-
-
-def _group_policy(node: Node, seen: frozenset[int]) -> KeyPolicy:
-    policy = base_policy(node, seen)
-    if node.any_of and id(node) not in seen:
-        policy = merge_policies(policy, union_policy(node.any_of, seen | {id(node)}))
-    return policy
-
-
-def accepted_types(node: Node, seen: frozenset[int] = frozenset()) -> frozenset[str] | None:
+def accepted_types(node: Node) -> frozenset[str] | None:
     """The JSON types a value may have at `node` (None: any). 'number' implies 'integer'."""
-    if not seen:
-        if "accepted_types" not in node.memo:
-            node.memo["accepted_types"] = _accepted_types(node, seen)
-        return node.memo["accepted_types"]
-    return _accepted_types(node, seen)
+    found = node.memo.get("accepted_types", _MISSING)
+    return found if found is not _MISSING else per_node(
+        node, "accepted_types", lambda n: (*n.all_of, *n.any_of), _accepted_types)
 
 
-def _accepted_types(node: Node, seen: frozenset[int]) -> frozenset[str] | None:
+def _accepted_types(node: Node, of: Callable[[Node], Any]) -> frozenset[str] | None:
     if node.never:
         return frozenset()
-    if id(node) in seen:
-        return None
-    seen = seen | {id(node)}
     types: frozenset[str] | None = None
     if node.types is not None:
         types = frozenset(node.types) | ({"integer"} if "number" in node.types else set())
@@ -144,14 +157,15 @@ def _accepted_types(node: Node, seen: frozenset[int]) -> frozenset[str] | None:
         types = frozenset(json_type(v) for v in values)
         types |= {"integer"} if "number" in types else set()
     for branch in node.all_of:
-        branch_types = accepted_types(branch, seen)
-        if branch_types is not None:
+        branch_types = of(branch)
+        if branch_types is not None and branch_types is not IN_CYCLE:
             types = branch_types if types is None else types & branch_types
     if node.any_of:
         union: frozenset[str] | None = frozenset()
         for branch in node.any_of:
-            branch_types = accepted_types(branch, seen)
-            union = None if branch_types is None or union is None else union | branch_types
+            branch_types = of(branch)
+            union = None if branch_types is None or branch_types is IN_CYCLE or (
+                union is None) else union | branch_types
         if union is not None:
             types = union if types is None else types & union
     return types

@@ -73,6 +73,7 @@ from mutators.value_shifts import (number_steps, parent_path, shift_date, shift_
 MAX_ALTERNATIVE_SLOTS = 64
 MAX_ALTERNATIVES = 8
 MAX_SIBLINGS = 6
+MAX_SWAP_PAIRS = 4096  # argument pairs examined per call: all of them up to 91 scalar arguments
 _ISO_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
 
 
@@ -172,19 +173,26 @@ def swapped_arguments(ctx: MutationContext) -> Iterator[Proposal]:
     kinds = ("string",) if unverified and certain.computes_from_numbers(ctx.tool) else (
         "string", "integer", "number")
     listed = {s.parts for s in ctx.slots[1:] if _listed(ctx, s) or _tuning(ctx, s)}
-    for slot in ctx.slots:
-        if not isinstance(slot.value, dict):
+    pairs = itertools.chain.from_iterable(_scalar_pairs(slot, kinds, listed) for slot in ctx.slots
+                                          if isinstance(slot.value, dict))
+    # bounded: pairs that cannot be swapped are never yielded, so MAX_PROPOSED does not stop
+    # a 5,000-argument object (12.5M pairs) from being examined
+    for slot, (first, a), (second, b) in itertools.islice(pairs, MAX_SWAP_PAIRS):
+        if json_type(a) != json_type(b) or json_equal(a, b):
             continue
-        scalars = [(k, v) for k, v in slot.value.items()
-                   if json_type(v) in kinds and slot.parts + (k,) not in listed]
-        for i, (first, a) in enumerate(scalars):
-            for second, b in scalars[i + 1:]:
-                if json_type(a) != json_type(b) or json_equal(a, b):
-                    continue
-                if unverified and not certain.swap_changes_meaning(ctx.tool, first, second, a, b):
-                    continue
-                yield Proposal("swapped_arguments", [a, b], _swapped,
-                               (slot.parts + (first,), slot.parts + (second,), a, b))
+        if unverified and not certain.swap_changes_meaning(ctx.tool, first, second, a, b):
+            continue
+        yield Proposal("swapped_arguments", [a, b], _swapped,
+                       (slot.parts + (first,), slot.parts + (second,), a, b))
+
+
+def _scalar_pairs(slot, kinds: tuple[str, ...], listed: set) -> Iterator[tuple]:
+    """(slot, (key, value), (later key, value)) for the object's scalars of `kinds`."""
+    scalars = [(k, v) for k, v in slot.value.items()
+               if json_type(v) in kinds and slot.parts + (k,) not in listed]
+    for i, first in enumerate(scalars):
+        for second in scalars[i + 1:]:
+            yield slot, first, second
 
 
 def _swapped(ctx: MutationContext, parts_a: tuple, parts_b: tuple, a, b) -> Candidate:

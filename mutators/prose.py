@@ -264,6 +264,19 @@ def same_meaning(first: Any, second: Any) -> bool:
     return _scalar_key(first) == _scalar_key(second)
 
 
+def meaning_key(value: Any) -> Any:
+    """A hashable key that two scalars share exactly when `same_meaning` says they mean the
+    same (dedupe in linear time); None for objects, arrays and unhashable values."""
+    if json_type(value) in ("object", "array"):
+        return None
+    key = _scalar_key(value)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _scalar_key(value: Any) -> Any:
     tag = json_type(value)
     if tag == "boolean":

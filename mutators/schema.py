@@ -6,6 +6,14 @@ a bare `"string"` as a property schema, `properties` given as a list). `normalis
 the way its author meant it, records what it had to guess in `warnings`, and never raises.
 The validator (`compile.py`) and the mutators work on the resulting `Node`s only. `$ref`s are
 resolved into shared `Node` objects, so recursive schemas become cyclic graphs.
+
+A schema nested more than MAX_SCHEMA_DEPTH levels deep (subschema in subschema; a `$ref` and
+its target count as two) is not read: `NormalisedSchema.error` says so, and the tool is
+reported as unusable (`validate`: `tool.parameters: schema nested too deeply (over 100
+levels)`). Compiling a level takes two to three times the Python stack that checking a value
+level does, and values are checked to about 300 levels (Python's recursion limit; deeper:
+"value nested too deeply"), so 100 keeps every readable schema compilable and its values
+checkable. Real tool schemas nest fewer than 10 levels.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from mutators.safe_regex import SafeRegex, compile_safe
 from mutators.schema_keywords import keyword_warnings
 from mutators.type_names import CANONICAL_TYPES, union_of, parse_type_name
 
+MAX_SCHEMA_DEPTH = 100
 _ANNOTATIONS = {"description", "title", "default", "examples", "$comment", "deprecated",
                 "readOnly", "writeOnly", "$id", "$schema", "$anchor"}
 
@@ -101,6 +110,10 @@ def _number(value: Any) -> float | None:
     return None
 
 
+class _TooDeep(Exception):
+    """The schema nests deeper than MAX_SCHEMA_DEPTH (caught in `normalise`)."""
+
+
 def _count(value: Any) -> int | None:
     """A non-negative count (minLength, maxItems...); None when absent or not a finite number
     (`"inf"` would overflow `int()`). Ints of any size stay exact; messages abbreviate them."""
@@ -120,6 +133,7 @@ class _Normaliser:
         self.warnings: list[str] = []
         self.time_budgeted = False  # a pattern runs on the time-budgeted fallback engine
         self.resolving: list[int] = []
+        self.depth = 0  # subschemas being read, one inside the other
 
     def warn(self, where: str, message: str) -> None:
         self.warnings.append(f"{where}: {message}")
@@ -139,12 +153,18 @@ class _Normaliser:
         known = self.memo.get(id(raw))
         if known is not None:
             return known
-        if "$ref" in raw:
-            return self.ref_node(raw, where)
-        node = Node()
-        self.memo[id(raw)] = node
-        self.fill(node, raw, where)
-        return node
+        if self.depth >= MAX_SCHEMA_DEPTH:
+            raise _TooDeep(where)
+        self.depth += 1
+        try:
+            if "$ref" in raw:
+                return self.ref_node(raw, where)
+            node = Node()
+            self.memo[id(raw)] = node
+            self.fill(node, raw, where)
+            return node
+        finally:
+            self.depth -= 1
 
     def type_fragment(self, type_value: Any, where: str) -> dict[str, Any]:
         """The schema fragment for a `type` value: a name, a class, or a list of names."""
@@ -393,6 +413,9 @@ class _Normaliser:
             node.exclusive_maximum = _number(high)
         multiple = _number(raw.get("multipleOf"))
         node.multiple_of = multiple if multiple and multiple > 0 else None
+        if "multipleOf" in raw and node.multiple_of is None:
+            self.warn(where, f"`multipleOf` {render(raw['multipleOf'])} is not a number above 0; "
+                             "ignored")
         node.min_length = _count(raw.get("minLength"))
         node.max_length = _count(raw.get("maxLength"))
         pattern = raw.get("pattern")
@@ -435,6 +458,7 @@ class NormalisedSchema:
     root: Node
     warnings: tuple[str, ...]
     time_budgeted: bool = False  # some pattern needs `safe_regex.new_call()` per validation
+    error: str | None = None     # why the schema cannot be used at all (then `root` is empty)
 
 
 def normalise(parameters: Any, where: str = "parameters") -> NormalisedSchema:
@@ -443,5 +467,9 @@ def normalise(parameters: Any, where: str = "parameters") -> NormalisedSchema:
     if parameters is None:
         return NormalisedSchema(Node(types=("object",), has_properties=True), ())
     normaliser = _Normaliser(parameters)
-    root = normaliser.node(parameters, where)
+    try:
+        root = normaliser.node(parameters, where)
+    except _TooDeep:
+        return NormalisedSchema(Node(), tuple(normaliser.warnings),
+                                error=f"schema nested too deeply (over {MAX_SCHEMA_DEPTH} levels)")
     return NormalisedSchema(root, tuple(normaliser.warnings), normaliser.time_budgeted)

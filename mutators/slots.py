@@ -38,20 +38,25 @@ class Slot:
         return self.parts[-1] if self.parts else None
 
 
-def effective_nodes(schema: CompiledSchema, node: Node, value: Any,
-                    seen: frozenset[int] = frozenset()) -> list[Node]:
-    """`node` plus the allOf branches and the matching anyOf branch that apply to `value`."""
-    if id(node) in seen:
-        return []
-    seen = seen | {id(node)}
-    nodes = [node]
-    for branch in node.all_of:
-        nodes.extend(effective_nodes(schema, branch, value, seen))
-    if node.any_of:
-        chosen = next((b for b in node.any_of if schema.accepts(b, value, keyed=False)), None)
-        chosen = chosen or _same_type_branch(node.any_of, value)
-        if chosen is not None:
-            nodes.extend(effective_nodes(schema, chosen, value, seen))
+def effective_nodes(schema: CompiledSchema, node: Node, value: Any) -> list[Node]:
+    """`node` plus the allOf branches and the matching anyOf branch that apply to `value`,
+    each once (in depth-first order: a node shared through `$ref`s is not walked again)."""
+    nodes: list[Node] = []
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        nodes.append(node)
+        applied = list(node.all_of)
+        if node.any_of:
+            chosen = next((b for b in node.any_of if schema.accepts(b, value, keyed=False)), None)
+            chosen = chosen or _same_type_branch(node.any_of, value)
+            if chosen is not None:
+                applied.append(chosen)
+        stack.extend(reversed(applied))
     return nodes
 
 

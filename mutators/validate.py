@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from mutators.check_budget import SchemaTooComplex
 from mutators.compile import CompiledSchema, compile_schema
 from mutators.jsonvalues import format_path, render
 from mutators.keyword_checks import Err
@@ -97,8 +98,14 @@ def _load_tool(tool: Any) -> ToolInfo | ValidationError:
         return _error("tool.parameters", "malformed",
                       f"parameters must be a JSON Schema object, got {type(parameters).__name__}")
     description = function.get("description")
+    try:
+        schema = compile_schema(parameters)
+    except RecursionError:  # a graph whose checks nest past the stack (see schema.py)
+        return _error("tool.parameters", "malformed", "schema nested too deeply to compile")
+    if schema.error is not None:
+        return _error("tool.parameters", "malformed", schema.error)
     return ToolInfo(name, description if isinstance(description, str) else "", parameters,
-                    compile_schema(parameters), tool)
+                    schema, tool)
 
 
 def coerce_call(call: Any) -> Any:
@@ -153,7 +160,10 @@ def validate_with(call: Any, tool: ToolInfo) -> list[ValidationError]:
         errors.append(_error("name", "name", f"expected {render(tool.name)}, got {render(name)}"))
     if tool.schema.time_budgeted:
         new_call()  # a fresh time budget for patterns that only a backtracking engine reads
-    found = tool.schema.check(arguments)
+    try:
+        found = tool.schema.check(arguments)
+    except SchemaTooComplex as exc:  # its checks ran past the budget (check_budget.py)
+        return errors + [_error("tool.parameters", "malformed", str(exc))]
     if found:
         errors.extend(to_validation_errors(found))
     return errors
@@ -181,6 +191,11 @@ def validate(call: Any, tool: Any) -> list[str]:
 
 def schema_warnings(tool: Any) -> list[str]:
     """What normalisation had to guess about a tool's schema (unknown type names, invalid
-    patterns, unresolvable $refs): useful when auditing tool specs."""
-    loaded = load_tool(tool)
+    patterns, unresolvable $refs): useful when auditing tool specs. A spec that cannot be
+    used at all gives its one error (`tool.parameters: schema nested too deeply ...`).
+    Never raises."""
+    try:
+        loaded = load_tool(tool)
+    except Exception as exc:  # noqa: BLE001 - an audit reports, never crashes
+        return [f"tool: spec could not be read: {type(exc).__name__}: {exc}"]
     return [loaded.message] if isinstance(loaded, ValidationError) else list(loaded.schema.warnings)
