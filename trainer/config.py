@@ -369,7 +369,8 @@ class ScalingConfig(StrictModel):
     worker_start_timeout_s: float = Field(
         600.0, gt=0, le=86_400, description="longest wait for the cluster to place the "
         "workers (an autoscaler adding a node, another job ending), at the start and at each "
-        "restart; then the fit fails naming what scaling asks for and what the cluster has. "
+        "restart (and for PPO's rollout actors to start, their policy copies built); then "
+        "the fit fails naming what scaling asks for and what the cluster has. "
         "Longer for slow autoscalers, shorter to fail fast on a fixed cluster; a request the "
         "cluster can never hold is refused at once (trainer/placement.py)")
 

@@ -184,9 +184,12 @@ def _train(cfg: TrainConfig, recipe: Any) -> FitResult:
     import ray.train
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from trainer.placement import bounded_worker_start, place_workers, worker_resources
+    from trainer.placement import (bounded_worker_start, check_rollout_actors, place_workers,
+                                   worker_resources)
 
-    place_workers(cfg.scaling, started_here=init_ray(cfg.ray_address))
+    started_here = init_ray(cfg.ray_address)
+    check_rollout_actors(cfg, started_here)
+    place_workers(cfg.scaling, started_here)
     parquet_reader_without_actors()
     dataset, data_info = recipe.build_dataset(cfg)
     log.info("training data: %s", data_info)

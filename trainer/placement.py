@@ -23,7 +23,7 @@ import os
 from typing import Iterator
 
 from datagen.pipeline.cluster import ClusterError
-from trainer.config import ScalingConfig
+from trainer.config import ScalingConfig, TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,23 @@ def place_workers(scaling: ScalingConfig, started_here: bool) -> None:
         remove_placement_group(group)
     if not placed:
         raise not_placed(scaling)
+
+
+def check_rollout_actors(cfg: TrainConfig, started_here: bool) -> None:
+    """PPO's rollout actors run beside the learners, outside their placement group: refuse a
+    request the cluster can never hold with the learners (ClusterError naming ppo.*). A
+    request that may still fit is waited for by the learner, boundedly (`start_actors`)."""
+    limit = ceiling(started_here)
+    if cfg.recipe != "ppo" or limit is None:
+        return
+    actors = cfg.scaling.num_workers * cfg.ppo.rollout_workers * cfg.ppo.rollout_cpus
+    learners = all_workers(cfg.scaling)["CPU"]
+    if actors + learners > limit.get("CPU", 0):
+        raise ClusterError(
+            f"the cluster can never place the PPO rollout actors: scaling.num_workers="
+            f"{cfg.scaling.num_workers} x ppo.rollout_workers={cfg.ppo.rollout_workers} x "
+            f"ppo.rollout_cpus={cfg.ppo.rollout_cpus:g} = CPU {actors:g} beside the learners' "
+            f"CPU {learners:g}; the cluster has CPU {limit.get('CPU', 0):g}")
 
 
 def never_placed(scaling: ScalingConfig) -> ClusterError:

@@ -88,3 +88,30 @@ def test_ray_trains_own_wait_gets_the_bound_and_its_timeout_the_same_message(ray
     with pytest.raises(ControllerError):  # any other controller failure is left as it is
         with bounded_worker_start(scaling):
             raise ControllerError(RuntimeError("something else"))
+
+
+def test_ppo_rollout_actors_the_cluster_cannot_place_end_the_fit_instead_of_waiting(
+        ray_head, tmp_path):
+    """PPO's rollout actors sit outside the learners' placement group; with more CPUs than the
+    cluster holds their learner waited on them forever."""
+    from datagen.pipeline.cluster import ClusterError
+    from trainer.config import TrainConfig
+    from trainer.placement import check_rollout_actors
+    from trainer.rl.rollout import start_actors
+
+    cfg = TrainConfig(recipe="ppo", run_dir=str(tmp_path / "run"), tokenizer="tok",
+                      ppo={"rollout_cpus": 64}, scaling={"worker_start_timeout_s": 1})
+    with pytest.raises(ClusterError, match=re.escape(
+            "the cluster can never place the PPO rollout actors: scaling.num_workers=1 x "
+            "ppo.rollout_workers=1 x ppo.rollout_cpus=64 = CPU 64 beside the learners' CPU 1; "
+            "the cluster has CPU 2")):
+        check_rollout_actors(cfg, started_here=True)
+    check_rollout_actors(cfg, started_here=False)  # a cluster that may grow: waited for ...
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=re.escape(
+            "1 of 1 PPO rollout actors (ppo.rollout_cpus=64 each) were not placed within 1s "
+            "(scaling.worker_start_timeout_s)")):
+        start_actors(cfg, {}, 1)  # ... by the learner, boundedly
+    assert time.monotonic() - started < 20
+    check_rollout_actors(cfg.model_copy(update={"ppo": cfg.ppo.model_copy(
+        update={"rollout_cpus": 1.0})}), started_here=True)  # 1 + 1 of 2 CPUs: fits

@@ -106,7 +106,20 @@ def start_actors(cfg: "TrainConfig", model_config: dict[str, Any], count: int) -
     actor = ray.remote(RolloutWorker).options(num_cpus=cfg.ppo.rollout_cpus,
                                              scheduling_strategy="DEFAULT")
     teacher = teacher_config(cfg, cfg.model.init_from or "random-init")
-    return [actor.remote(model_config, cfg.tokenizer, teacher) for _ in range(count)]
+    actors = [actor.remote(model_config, cfg.tokenizer, teacher) for _ in range(count)]
+    # placed (and their models built) within the learners' own bound, or the fit fails
+    # naming it: an actor the cluster cannot place would otherwise be waited for forever
+    timeout = cfg.scaling.worker_start_timeout_s
+    ready, _ = ray.wait([a.__ray_ready__.remote() for a in actors], num_returns=len(actors),
+                        timeout=timeout)
+    if len(ready) < len(actors):
+        for handle in actors:
+            ray.kill(handle)
+        raise RuntimeError(f"{len(actors) - len(ready)} of {len(actors)} PPO rollout actors "
+                           f"(ppo.rollout_cpus={cfg.ppo.rollout_cpus:g} each) were not placed "
+                           f"within {timeout:g}s (scaling.worker_start_timeout_s)")
+    ray.get(ready)  # an actor whose constructor raised fails the fit with its error
+    return actors
 
 
 def play(actors: list[Any], state: dict[str, Any], tasks: list["Task"], iteration: int,
