@@ -16,7 +16,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datagen.chat import act_text, message_index, render_trajectory, to_messages
+from datagen.chat import IM_START, act_text, message_index, render_trajectory, to_messages
 from datagen.rows import PREFERENCE_SCHEMA, rows_to_table
 from datagen.types import Span, Step, ToolCall, Trajectory, stable_hash
 
@@ -109,15 +109,38 @@ def prompt_by_reference(row: dict[str, Any]) -> dict[str, Any]:
             "prompt_chars": len(row["prompt_text"])}
 
 
-def join_prompts(pairs: pa.Table, trajectories: pa.Table) -> pa.Table:
+ASSISTANT_HEADER = f"{IM_START}assistant\n"
+
+
+def prompt_cut_problem(chars: int, count: int, source: dict[str, Any]) -> str | None:
+    """Why `chars` / `count` cannot be a pair's prompt in `source` (its trajectory's `id`,
+    `text` and `messages`), or None. A prompt is a non-empty beginning that ends with an assistant
+    header in the text and before an assistant message in the messages; a damaged reference
+    cut anywhere else would load as a wrong prompt, silently."""
+    text, messages, owner = source["text"] or "", source["messages"] or [], source["id"]
+    if not 0 < chars <= len(text):
+        return f"prompt_chars {chars} is outside trajectory {owner} ({len(text)} characters)"
+    if not text[:chars].endswith(ASSISTANT_HEADER):
+        return f"prompt_chars {chars} does not end at an assistant turn of trajectory {owner}"
+    if not 0 < count < len(messages):
+        return (f"prompt_messages {count} is outside trajectory {owner} "
+                f"({len(messages)} messages)")
+    if messages[count]["role"] != "assistant":
+        return (f"prompt_messages {count} does not end before an assistant turn of "
+                f"trajectory {owner}")
+    return None
+
+
+def join_prompts(pairs: pa.Table, trajectories: pa.Table, shard: str = "") -> pa.Table:
     """Preference rows of either layout -> the full layout (PREFERENCE_SCHEMA): a compact
     row's `prompt` / `prompt_text` cut from its trajectory in `trajectories` (rows with `id`,
     `text`, `messages`: the same chunk's trajectories shard, and its repairs shard for repair
-    pairs; a pair's trajectory is always in its chunk). A trajectory that is not there is a
-    ValueError naming the pair (the shards do not belong together)."""
+    pairs; a pair's trajectory is always in its chunk). A trajectory that is not there, or a
+    cut that does not fit it (`prompt_cut_problem`), is a ValueError naming the pair and
+    its `shard` (the shards do not belong together, or one is damaged)."""
     if "prompt_chars" not in pairs.column_names:
         return pairs.select(PREFERENCE_SCHEMA.names)
-    rows = pairs.to_pylist()
+    rows, where = pairs.to_pylist(), f" (in {shard})" if shard else ""
     wanted = pa.array(sorted({row["trajectory_id"] for row in rows
                               if row["prompt_chars"] is not None}), pa.string())
     found = trajectories.select(["id", "text", "messages"]).filter(
@@ -130,6 +153,8 @@ def join_prompts(pairs: pa.Table, trajectories: pa.Table) -> pa.Table:
         source = by_id.get(row["trajectory_id"])
         if source is None:
             raise ValueError(f"pair {row['id']} refers to trajectory {row['trajectory_id']}, "
-                             "which these trajectories do not hold")
+                             f"which these trajectories do not hold{where}")
+        if problem := prompt_cut_problem(chars, count, source):
+            raise ValueError(f"pair {row['id']}: {problem}{where}")
         row["prompt_text"], row["prompt"] = source["text"][:chars], source["messages"][:count]
     return rows_to_table(rows, PREFERENCE_SCHEMA)

@@ -29,6 +29,7 @@ from datagen.pipeline.shards import (OutputUnreadable, manifest_shards, manifest
                                      read_manifest, shard_problem)
 from datagen.pipeline.stages.base import Stage, find_stage
 from datagen.pipeline.storage import filesystem_of, is_uri, open_storage
+from datagen.readers import check_schemas
 
 
 @dataclass
@@ -169,6 +170,10 @@ def inspect_dataset(out: str | Path, samples: int = 2, seed: int = 0) -> str:
              f"chunks, fingerprint {manifest['fingerprint']}"]
     lines += [f"  {name}: {rows:,} rows" for name, rows in manifest["counts"].items()]
     view = DatasetView(root, manifest, _listed_shards(root, manifest), samples, seed)
+    for table, paths in view.shards.items():  # a retyped column fails a query, unnamed
+        with view._reading():
+            schemas = {str(path): view._parquet_file(path).schema_arrow for path in paths}
+        check_schemas(root, table, schemas)
     for stage, name, tables in _stage_views(manifest):
         if stage is not None:
             lines += stage.inspect_lines(view)

@@ -15,11 +15,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from datagen.pipeline.runlock import LockOwner, lock_holder
 from datagen.pipeline.shards import (ShardInfo, ShardStore, foreign_marker, manifest_shards,
                                      manifest_tables, read_manifest, shard_problem)
-from datagen.pipeline.storage import Storage, is_uri
+from datagen.pipeline.storage import Storage, filesystem_of, is_uri
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,57 @@ def _check_shards(root: Storage, listed: dict[str, ShardInfo],
     return problems
 
 
+def _located(storage: Storage, file: str) -> tuple[str, Any]:
+    """(path or key, pyarrow filesystem or None) of `file` for pyarrow.parquet."""
+    path = storage.full(file)
+    fs, key = filesystem_of(path) if is_uri(path) else (None, path)
+    return key, fs
+
+
+def _duplicate_ids(storage: Storage, listed: dict[str, ShardInfo],
+                   damaged: set[str]) -> list[Problem]:
+    """Ids that two trajectories (or repairs) shards hold, or one twice: a join by id (a
+    compact pair's prompt, a repair's source) would take either row. Reads the `id` column
+    (~17 bytes a row in memory: 85 MB at 5M trajectories); the later shard's chunk is the
+    one to regenerate (a copied shard; a run's ids are distinct)."""
+    problems = []
+    for table in ("trajectories", "repairs"):
+        files = [f for f in listed if f.startswith(f"{table}/") and f not in damaged]
+        parts = [pq.read_table(key, columns=["id"], filesystem=fs)
+                 for key, fs in (_located(storage, file) for file in files)]
+        if not parts:
+            continue
+        shard = pa.array([i for i, part in enumerate(parts) for _ in range(part.num_rows)],
+                         pa.int32())
+        ids = pa.concat_tables(parts).append_column("shard", shard)
+        counts = ids.group_by("id").aggregate([("shard", "min"), ("shard", "max"),
+                                               ("shard", "count")])
+        repeated = counts.filter(pc.greater(counts.column("shard_count"), 1))
+        pairs = repeated.group_by(["shard_min", "shard_max"]).aggregate([("id", "min"),
+                                                                        ("id", "count")])
+        for row in pairs.to_pylist():
+            first, last = files[row["shard_min"]], files[row["shard_max"]]
+            where = "twice" if first == last else f"also in {first}"
+            problems.append(Problem(last, f"{row['id_count']:,} id(s) {where} (e.g. "
+                                    f"{row['id_min']}); joins by id would take either row",
+                                    _chunk_of(last)))
+    return problems
+
+
+def _schema_problems(storage: Storage, listed: dict[str, ShardInfo],
+                     damaged: set[str]) -> list[Problem]:
+    """Intact shards whose columns depart from their table's (`readers.schema_problems`):
+    a reader would fail on them, so their chunk is regenerated (a footer read a shard)."""
+    from datagen.readers import schema_problems
+
+    schemas: dict[str, dict[str, pa.Schema]] = {}
+    for file in (file for file in listed if file not in damaged):
+        key, fs = _located(storage, file)
+        schemas.setdefault(file.split("/")[0], {})[file] = pq.read_schema(key, filesystem=fs)
+    return [Problem(file, problem, _chunk_of(file)) for table, found in schemas.items()
+            for file, problem in schema_problems(table, found).items()]
+
+
 def _strays(storage: Storage, known: set[str], tables: list[str]) -> list[Problem]:
     problems = []
     for table in tables:
@@ -155,6 +211,9 @@ def verify_output(out: str | Path, checksum: bool = True) -> VerifyReport:
     chunks = manifest["chunks"]
     recorded, problems = _read_markers(store, chunks["total"])
     problems += _check_shards(store.storage, listed, recorded, checksum)
+    problems += _schema_problems(store.storage, listed, {p.file for p in problems})
+    if checksum:  # every shard is read anyway
+        problems += _duplicate_ids(store.storage, listed, {p.file for p in problems})
     tables = manifest_tables(manifest)
     problems += _strays(store.storage, listed.keys() | recorded.keys(), tables)
     problems += _count_problems(manifest, listed)

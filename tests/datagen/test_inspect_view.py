@@ -59,3 +59,26 @@ def test_a_damaged_shard_is_one_error_pointing_at_verify(tmp_path):
         view.rows("trajectories")
     with pytest.raises(OutputUnreadable, match="datagen verify"):
         view.sample_rows("trajectories", 1)
+
+
+@pytest.mark.parametrize("n_steps, named", [
+    (pa.array(["1"] * 100), "part-000001.parquet: not the trajectories schema: column n_steps "
+                            "is string, not int16"),
+    (None, "part-000001.parquet: not the trajectories schema: no column n_steps")])
+def test_a_shard_off_its_tables_schema_is_named_before_any_query(tmp_path, n_steps, named):
+    """Before, a query failed: "`mean` operation not supported for dtype `str`", no shard."""
+    from datagen.pipeline.inspect import inspect_dataset
+    from datagen.pipeline.shards import ShardStore
+
+    store = ShardStore(tmp_path / "out")
+    store.claim("fp", {}, overwrite=False)
+    for chunk in range(2):
+        table = pa.table({"id": [f"{chunk}-{i}" for i in range(100)],
+                          "n_steps": pa.array([3] * 100, pa.int16())})
+        if chunk == 1:
+            table = (table.drop_columns(["n_steps"]) if n_steps is None else
+                     table.set_column(1, "n_steps", n_steps))
+        store.write_chunk(chunk, {"trajectories": table}, {})
+    store.write_manifest("fp", {}, 2, store.records())
+    with pytest.raises(OutputUnreadable, match=f"{named}.*`--repair` drops its chunk"):
+        inspect_dataset(store.root)

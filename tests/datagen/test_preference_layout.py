@@ -75,6 +75,26 @@ def test_a_pair_whose_trajectory_is_missing_is_named():
         join_prompts(pairs, rows_to_table([], TRAJECTORY_SCHEMA))
 
 
+@pytest.mark.parametrize("column, change, problem", [
+    ("prompt_chars", lambda n: n + 10**6, "prompt_chars .* is outside trajectory"),
+    ("prompt_chars", lambda n: -n, "prompt_chars .* is outside trajectory"),
+    ("prompt_chars", lambda n: 0, "prompt_chars 0 is outside trajectory"),
+    ("prompt_chars", lambda n: n - 1, "prompt_chars .* does not end at an assistant turn"),
+    ("prompt_messages", lambda n: n + 1000, "prompt_messages .* is outside trajectory"),
+    ("prompt_messages", lambda n: n - 1,
+     "prompt_messages 1 does not end before an assistant turn")])
+def test_a_prompt_reference_that_does_not_fit_its_trajectory_is_named(outs, column, change,
+                                                                      problem):
+    shard = _shards(outs["compact"], "preferences")[0]
+    pairs = pq.read_table(shard).slice(0, 1)  # the first pair is a negative (by reference)
+    damaged = pairs.set_column(pairs.schema.get_field_index(column), column,
+                               pa.array([change(pairs.column(column)[0].as_py())], pa.int64()))
+    conversations = pq.read_table(outs["compact"] / "trajectories" / shard.name)
+    join_prompts(pairs, conversations, str(shard))  # the undamaged pair joins
+    with pytest.raises(ValueError, match=f"pair {pairs.column('id')[0]}: {problem}.*{shard}"):
+        join_prompts(damaged, conversations, str(shard))
+
+
 def test_load_preferences_gives_the_same_dataset_for_both_layouts(outs, tmp_path):
     pytest.importorskip("datasets")
     full = load_preferences(outs["full"], cache_dir=str(tmp_path / "a"))

@@ -7,12 +7,14 @@ import math
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from datagen.config import GenerateConfig
 from datagen.readers import load_preferences, load_sft
 from datagen.pipeline.shards import OutputUnreadable, ShardStore
+from tests.datagen.helpers import rewrite_shard
 
 NUM_TRAJECTORIES = 24
 
@@ -100,6 +102,53 @@ def test_a_damaged_shard_is_named_not_read(out, tmp_path):
     shard.write_bytes(shard.read_bytes()[:-100])
     with pytest.raises(OutputUnreadable, match=f"{shard.name} is damaged: .*truncated"):
         load_preferences(copy, cache_dir=str(tmp_path / "cache"))
+
+
+def _edit_messages(table: pa.Table, column: str, edit) -> pa.Table:
+    rows = table.column(column).to_pylist()
+    rows[1] = [edit(message) for message in rows[1]]
+    return table.set_column(table.schema.get_field_index(column), column,
+                            pa.array(rows, table.schema.field(column).type))
+
+
+@pytest.mark.parametrize("table, edit, problem", [
+    ("trajectories", lambda t: _edit_messages(t, "messages", lambda m: {
+        **m, "tool_calls": m["tool_calls"] and "{not json"}),
+     "column messages.tool_calls: not JSON"),
+    ("trajectories", lambda t: _edit_messages(t, "messages", lambda m: {**m, "role": "robot"}),
+     "column messages.role: 'robot' is not one of"),
+    ("trajectories", lambda t: _edit_messages(t, "messages", lambda m: {**m, "role": None}),
+     "column messages.role: None is not one of"),
+    ("preferences", lambda t: t.set_column(
+        t.schema.get_field_index("tools"), "tools",
+        pa.array(["[]"] + ["nope"] * (t.num_rows - 1))), "column tools: not JSON")])
+def test_a_conversation_a_template_cannot_render_is_named(out, tmp_path, table, edit, problem):
+    """`datasets.Json` would pass these on as strings (or fail as a row is read, unnamed)."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    shard = rewrite_shard(copy, table, 1, edit)
+    row = pq.read_table(shard).column("id")[1]
+    load = load_sft if table == "trajectories" else load_preferences
+    with pytest.raises(OutputUnreadable, match=f"{shard}: row {row}, {problem}"):
+        load(copy, cache_dir=str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda t: t.drop_columns(["spans"]), "no column spans"),
+    (lambda t: t.set_column(t.schema.get_field_index("success"), "success",
+                            pa.array(["yes"] * t.num_rows)),
+     "column success is string, not bool")])
+def test_a_shard_off_its_tables_schema_is_named_before_loading(out, tmp_path, edit, problem):
+    """Before: `DatasetGenerationError: An error occurred while generating the dataset`."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    shard = rewrite_shard(copy, "trajectories", 1, edit)
+    with pytest.raises(OutputUnreadable, match=f"{shard}: not the trajectories schema: {problem}"):
+        load_sft(copy, successful_only=False, cache_dir=str(tmp_path / "cache"))
 
 
 def _plain_qwen2(tokenizer, directory: Path) -> str:

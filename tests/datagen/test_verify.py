@@ -148,3 +148,32 @@ def test_a_copied_marker_is_damage_and_repair_deletes_no_other_chunk(tmp_path, c
     assert store.complete_chunks() == {0, 1}
     assert store.shard_path("trajectories", 1).exists()  # the copied marker's shards stay
     assert not store.shard_path("trajectories", 2).exists()  # chunk 2 is generated again
+
+
+def test_a_shard_off_its_tables_schema_is_damage_that_repair_hands_back(tmp_path, capsys):
+    """Intact bytes, manifest and marker agree, but the columns drift: readers fail on it."""
+    store = ShardStore(tmp_path / "out")
+    store.claim("fp", {}, overwrite=False)
+    steps = [pa.array([1, 2], pa.int16()), pa.array(["1", "2"]), pa.array([1, 2], pa.int16())]
+    for chunk, n_steps in enumerate(steps):
+        ids = [f"{chunk}-{i}" for i in range(2)]
+        store.write_chunk(chunk, {"trajectories": pa.table({"id": ids, "n_steps": n_steps})}, {})
+    store.write_manifest("fp", {}, 3, store.records())
+    rc, out = _verify(capsys, str(store.root))
+    assert rc == 1 and ("DAMAGED trajectories/part-000001.parquet: not the trajectories "
+                        "schema: column n_steps is string, not int16") in out
+    _verify(capsys, str(store.root), "--repair")
+    assert not store.is_complete(1) and store.is_complete(0) and store.is_complete(2)
+
+
+def test_ids_two_trajectories_shards_hold_are_named_with_both_shards(tmp_path, capsys):
+    store = ShardStore(tmp_path / "out")
+    store.claim("fp", {}, overwrite=False)
+    for chunk, ids in enumerate([["a", "b"], ["c", "a"], ["d", "e"]]):
+        store.write_chunk(chunk, {"trajectories": pa.table({"id": ids})}, {})
+    store.write_manifest("fp", {}, 3, store.records())
+    assert _verify(capsys, str(store.root), "--quick")[0] == 0  # ids are read with the sha256
+    rc, out = _verify(capsys, str(store.root))
+    assert rc == 1 and ("DAMAGED trajectories/part-000001.parquet: 1 id(s) also in "
+                        "trajectories/part-000000.parquet (e.g. a)") in out
+    assert "1 damaged chunk(s)" in out
