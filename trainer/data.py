@@ -85,7 +85,7 @@ class ShardLayout:
     negative_pairs: list[tuple[str, str]]   # (trajectories/part-K, preferences/part-K): MCH negatives
     has_tokens: bool
     has_topk: bool
-    tokenizers: frozenset[str] = frozenset()  # the `tokenizer` column's values (first shard)
+    tokenizers: frozenset[str] = frozenset()  # the `tokenizer` column's values (every shard)
     repair_pairs: list[tuple[str, str]] = field(default_factory=list)  # (.., repairs/part-K)
 
 
@@ -107,16 +107,46 @@ def inspect_shards(root: str | Path) -> ShardLayout:
     by_name = {_name(f): f for f in files}
     negatives, repairs = _pairs(root, "preferences", by_name), _pairs(root, "repairs", by_name)
     check_footers(files + [f for _, f in negatives + repairs], root)
-    names = set(pq.read_schema(files[0]).names)
-    missing = [c for c in TRAJECTORY_COLUMNS if c not in names]
-    if missing:
-        raise ValueError(f"{files[0]} lacks required columns {missing}")
-    recorded = frozenset()
-    if TOKENIZER_COLUMN in names:
-        column = pq.read_table(files[0], columns=[TOKENIZER_COLUMN]).column(TOKENIZER_COLUMN)
-        recorded = frozenset(v for v in column.unique().to_pylist() if v)
+    # every local shard (a footer each, ~0.1 ms); of an object store the first only
+    schemas = [pq.read_schema(f) for f in (files[:1] if is_uri(root) else files)]
+    for file, schema in zip(files, schemas):
+        check_column_types(file, schema)
+    names = set.intersection(*(set(schema.names) for schema in schemas))
+    recorded = frozenset(v for f, schema in zip(files, schemas) if TOKENIZER_COLUMN in schema.names
+                         for v in pq.read_table(f, columns=[TOKENIZER_COLUMN])
+                         .column(TOKENIZER_COLUMN).unique().to_pylist() if v)
     return ShardLayout(files, negatives, all(c in names for c in TOKEN_COLUMNS),
                        all(c in names for c in TOPK_COLUMNS), recorded, repairs)
+
+
+def _is_text(type_: pa.DataType) -> bool:
+    return pa.types.is_string(type_) or pa.types.is_large_string(type_)
+
+
+CONTRACT_TYPES = {"id": _is_text, "text": _is_text, "spans": pa.types.is_list,
+                  "success": pa.types.is_boolean, "n_steps": pa.types.is_integer,
+                  "input_ids": pa.types.is_list, "span_ids": pa.types.is_list}
+SPAN_FIELD_TYPES = {"kind": _is_text, "start": pa.types.is_integer,
+                    "end": pa.types.is_integer}
+
+
+def check_column_types(file: str, schema: pa.Schema) -> None:
+    """The contract's columns present with their types (`success` stored as text would train
+    every failure as a success: bool("false") is True)."""
+    missing = [c for c in TRAJECTORY_COLUMNS if c not in schema.names]
+    if missing:
+        raise ValueError(f"{file} lacks required columns {missing}")
+    wrong = [f"{name}: {schema.field(name).type}" for name, is_type in CONTRACT_TYPES.items()
+             if name in schema.names and not is_type(schema.field(name).type)]
+    spans = schema.field("spans").type
+    if not wrong and pa.types.is_struct(spans.value_type):
+        fields = {f.name: f.type for f in spans.value_type}
+        wrong = [f"spans.{name}: {fields.get(name)}" for name, is_type in
+                 SPAN_FIELD_TYPES.items() if name not in fields or not is_type(fields[name])]
+    elif not wrong:
+        wrong = [f"spans: {spans}"]
+    if wrong:
+        raise ValueError(f"{file}: columns of another type than the data contract's: {wrong}")
 
 
 def same_tokenizer(recorded: str, ours: str) -> bool:
@@ -200,10 +230,9 @@ def build_dataset(settings: DataSettings) -> tuple[Any, dict[str, Any]]:
         log.warning("MCH is on but %s has no preferences shards paired with the trajectory "
                     "shards: the MCH sees no negatives but repairs' wrong calls", settings.shards)
     filtered = consistency_counts(settings)
-    paired = with_negatives or bool({"repairs", "safety"} & set(settings.tables)) or \
-        filtered is not None
-    dataset = ray.data.read_parquet(layout.trajectory_files, include_paths=paired)
-    dataset = dataset.select_columns(columns + (["path"] if paired else []))
+    # `path`: the paired shards are found from it, and a DataError names the shard by it
+    dataset = ray.data.read_parquet(layout.trajectory_files, include_paths=True)
+    dataset = dataset.select_columns(columns + ["path"])
     dataset = dataset.randomize_block_order(seed=settings.seed)
     if filtered is not None:  # before the pools, so they are cut from kept rows only
         dataset = dataset.map_batches(kept_trajectories, fn_kwargs={"root": str(settings.shards)},

@@ -99,18 +99,21 @@ def paired_rows(sources: dict[str, str], table_name: str, key: str, columns: lis
                 extra_filters: list[tuple] | None = None) -> pa.Table | None:
     """Rows of the paired shards of `table_name` whose `key` is one of the source ids
     (`sources`: trajectory id -> its shard path) and that pass `extra_filters`, in the
-    requested columns every paired shard has; None when no paired shard exists."""
+    requested columns every paired shard has and `path` (the paired shard); None when no
+    paired shard exists."""
     tables = []
     for path in sorted(set(sources.values())):
         paired = paired_file(path, table_name)
         if exists(paired):
             wanted = [tid for tid, source in sources.items() if source == path]
             present = set(pq.read_schema(paired).names)
-            tables.append(pq.read_table(paired, columns=[c for c in columns if c in present],
-                                        filters=[(key, "in", wanted)] + (extra_filters or [])))
+            rows = pq.read_table(paired, columns=[c for c in columns if c in present],
+                                 filters=[(key, "in", wanted)] + (extra_filters or []))
+            # the shard of every row, so a row breaking the contract is named (DataError)
+            tables.append(rows.append_column("path", pa.repeat(pa.scalar(str(paired)), rows.num_rows)))
     if not tables:
         return None
-    common = [c for c in columns if all(c in t.column_names for t in tables)]
+    common = [c for c in columns + ["path"] if all(c in t.column_names for t in tables)]
     return pa.concat_tables([t.select(common) for t in tables])
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config import TrainConfig
+from trainer.data_checks import DataError
 from trainer.recipes import load_recipe
 from trainer.shard_files import is_uri
 from trainer.tokens import tokenizer_problem
@@ -87,13 +88,29 @@ def absolute_paths(cfg: TrainConfig) -> TrainConfig:
 
 def failure_cause(exc: BaseException) -> str:
     """The first worker's error in one line: Ray's own text is a truncated snippet that ends
-    in retry advice, so the cause is taken from the failure object (a task error's `cause`)
-    and its first line kept (`OSError: ZSTD decompression failed: Data corruption detected`)."""
-    failures = getattr(exc, "worker_failures", None) or {}
-    error = failures[min(failures)] if failures else getattr(exc, "controller_failure", None) or exc
-    error = getattr(error, "cause", None) or error
+    in retry advice, so the cause is taken from the failure object and its first line kept
+    (`OSError: ZSTD decompression failed: Data corruption detected`). A data stage's error
+    reaches here as a task error whose `cause` is the stage's own exception (Ray Data raises
+    it unwrapped, `original_map_errors`), so a DataError arrives with its shard and row."""
+    error = root_error(exc)
     first = (str(error).strip().splitlines() or [""])[0][:300]
-    return f"{type(error).__name__}: {first}"
+    return first if isinstance(error, DataError) else f"{type(error).__name__}: {first}"
+
+
+def root_error(exc: BaseException) -> BaseException:
+    """The error behind `exc`: the first worker's failure, then down the `cause` (Ray's task
+    errors) / `__cause__` / `__context__` chain: its last DataError (a `RayTaskError(DataError)`
+    is one too, with Ray's traceback as text), else the failure's own cause (an error raised
+    while handling another is the one to show, not the one it replaced)."""
+    failures = getattr(exc, "worker_failures", None) or {}
+    first = failures[min(failures)] if failures else getattr(exc, "controller_failure", None) or exc
+    chain: list[BaseException] = []
+    error: Any = first
+    while isinstance(error, BaseException) and all(error is not e for e in chain):
+        chain.append(error)
+        error = getattr(error, "cause", None) or error.__cause__ or error.__context__
+    data_errors = [e for e in chain if isinstance(e, DataError)]
+    return data_errors[-1] if data_errors else getattr(first, "cause", None) or first
 
 
 def job_env_vars() -> dict[str, str]:
@@ -138,6 +155,17 @@ def parquet_reader_without_actors() -> None:
     import ray.data
 
     ray.data.DataContext.get_current().use_datasource_v2 = False
+
+
+def original_map_errors() -> None:
+    """A data stage's exception reaches Ray Train as itself, not as Ray Data's
+    `UserCodeException("UDF failed to process a data block.")`: Ray 2.60 chains the original
+    with `raise ... from`, and the chain does not survive the pickling from the stage's
+    task to the training worker (checked: only the wrapper's text arrives), so a DataError's
+    shard and row would be lost. Set on the driver's DataContext, like the reader above."""
+    import ray.data
+
+    ray.data.DataContext.get_current().raise_original_map_exception = True
 
 
 def ordered_ingest() -> Any:
@@ -191,6 +219,7 @@ def _train(cfg: TrainConfig, recipe: Any) -> FitResult:
     check_rollout_actors(cfg, started_here)
     place_workers(cfg.scaling, started_here)
     parquet_reader_without_actors()
+    original_map_errors()
     dataset, data_info = recipe.build_dataset(cfg)
     log.info("training data: %s", data_info)
     run_dir = Path(cfg.run_dir)

@@ -18,7 +18,7 @@ import numpy as np
 from trainer.contract import ACT, ERROR, IM_END, SPAN_KIND_ID, TOOL_CALL_OPEN, TRAINED_SPANS
 
 __all__ = ["ACT", "ERROR", "IM_END", "SPAN_KIND_ID", "TOOL_CALL_OPEN", "TextTokenizer",
-           "load_tokenizer", "special_ids", "label_tokens", "tokenize_with_spans", "act_runs",
+           "load_tokenizer", "text_bound", "special_ids", "label_tokens", "tokenize_with_spans", "act_runs",
            "tool_call_step_ends", "topk_entropy", "complexity"]
 
 
@@ -59,6 +59,20 @@ class TextTokenizer:
         for path in self.directory.iterdir():
             if path.is_file() and not path.name.endswith((".safetensors", ".pt", ".bin")):
                 shutil.copy2(path, Path(directory) / path.name)
+
+
+@lru_cache(maxsize=8)
+def longest_token_chars(tokenizer: TextTokenizer) -> int:
+    """An upper bound of the characters one token covers: its longest vocabulary string (a
+    byte-level token's string has one character per byte, at least its text's characters)."""
+    return max(map(len, tokenizer.backend.get_vocab(with_added_tokens=True)))
+
+
+def text_bound(tokenizer: TextTokenizer, max_tokens: int, margin: int = 64) -> int:
+    """Characters that hold more than `max_tokens + margin` tokens: a text longer than this
+    has more than `max_tokens` tokens, and cut to it keeps its first `max_tokens` tokens and
+    their offsets (the `margin` tokens before the cut absorb a merge the cut changes)."""
+    return (max_tokens + margin + 1) * longest_token_chars(tokenizer)
 
 
 @lru_cache(maxsize=4)

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from trainer.data_checks import check_not_null
 from trainer import pair_batches, pair_weights, tokens
 from trainer.contract import PREFERENCE_COLUMNS, TOOL_CALL_OPEN, chat_spans
 from trainer.documents import DocumentRows, ReadSettings, paired_rows
@@ -69,9 +70,20 @@ class TokenisedPairs:
     empty: int = 0
 
 
+PAIR_TEXTS = ("prompt_text", "chosen_text", "rejected_text")
+
+
 def tokenize_pairs(table: pa.Table, tokenizer: tokens.TextTokenizer, max_seq_len: int,
                    ) -> TokenisedPairs:
-    """Preference rows -> the pair table (module doc); reference log-probs left NaN."""
+    """Preference rows -> the pair table (module doc); reference log-probs left NaN. A pair
+    whose text is longer than `tokens.text_bound` characters has more than `max_seq_len`
+    tokens: counted too long without tokenising it (a 50 MB text aborts the tokenizer)."""
+    check_not_null(table, PAIR_TEXTS)
+    lengths = [pc.utf8_length(table.column(name)) for name in PAIR_TEXTS]
+    chars = pc.add(lengths[0], pc.max_element_wise(lengths[1], lengths[2]))
+    fits = pc.less_equal(chars, tokens.text_bound(tokenizer, max_seq_len))
+    unread = table.num_rows - pc.sum(fits).as_py() if table.num_rows else 0
+    table = table.filter(fits)
     prompts = table.column("prompt_text").to_pylist()
     chosen = table.column("chosen_text").to_pylist()
     rejected = table.column("rejected_text").to_pylist()
@@ -81,7 +93,7 @@ def tokenize_pairs(table: pa.Table, tokenizer: tokens.TextTokenizer, max_seq_len
     paths = table.column("path").to_pylist() if "path" in table.column_names else None
     kinds = (table.column("kind").to_pylist() if "kind" in table.column_names
              else [None] * table.num_rows)
-    kept_paths, too_long, empty = [], 0, 0
+    kept_paths, too_long, empty = [], unread, 0
     for i, (pair_id, source) in enumerate(zip(table.column("id").to_pylist(),
                                               table.column("source").to_pylist())):
         prompt, with_chosen, with_rejected = ids[3 * i], ids[3 * i + 1], ids[3 * i + 2]
@@ -239,9 +251,9 @@ def build_pair_dataset(settings: PairSettings) -> tuple[Any, dict[str, Any]]:
                          f"{list(settings.sources)}" + (" of rollouts the consistency filter "
                          "kept" if filtered is not None else "") + f" (it has {counts})")
     compact = is_compact(files[0])  # prompts joined back from the chunk's conversations
-    with_paths = settings.reference_dir is not None or filtered is not None or compact
-    dataset = ray.data.read_parquet(files, include_paths=with_paths)
-    dataset = dataset.select_columns(list(PREFERENCE_COLUMNS) + (["path"] if with_paths else [])
+    # `path`: the reference, filter and compact joins find files by it, a DataError names it
+    dataset = ray.data.read_parquet(files, include_paths=True)
+    dataset = dataset.select_columns(list(PREFERENCE_COLUMNS) + ["path"]
                                      + ([COMPACT_MARKER] if compact else []))
     dataset = dataset.randomize_block_order(seed=settings.seed)
     if filtered is not None:  # before the shuffle and the pools: they see kept pairs only
@@ -292,6 +304,7 @@ def negative_documents(table: pa.Table, settings: ReadSettings, wanted: int,
         # the beginning of its trajectory's text, which this block already holds
         texts = dict(zip(table.column("id").to_pylist(), table.column("text").to_pylist()))
         found = with_prompt_text(found, texts, "this block of trajectories")
+    check_not_null(found, ("prompt_text", "rejected_text"))
     candidates = sorted((pair for pair in found.to_pylist()
                          if TOOL_CALL_OPEN in pair["rejected_text"]),
                         key=lambda pair: zlib.crc32(pair["id"].encode()))

@@ -7,21 +7,30 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from trainer import tokens
 from trainer.contract import ERROR, TRAINED_SPANS
+from trainer.data_checks import check_not_null, check_spans, check_token_lists
 from trainer.documents import DocumentRows, ReadSettings
 
 
-
-def _token_columns(table: pa.Table, tokenizer: tokens.TextTokenizer,
+def _token_columns(table: pa.Table, tokenizer: tokens.TextTokenizer, max_seq_len: int,
                    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Stored token ids when the shard has them (exact teacher tokens), else tokenised here."""
+    """Stored token ids when the shard has them (exact teacher tokens), else tokenised here:
+    each text cut first to `tokens.text_bound` characters, which hold more than
+    `max_seq_len` + 1 tokens, so the kept tokens and their labels (a token's span is the
+    one holding its first character) are those of the whole text. Before, a 5 MB text took
+    1.7 GB to tokenise and a 50 MB one aborted the process in the Rust tokenizer."""
     if "input_ids" in table.column_names and "span_ids" in table.column_names:
+        check_token_lists(table, len(tokenizer))
         ids = [np.asarray(x, dtype=np.int32) for x in table.column("input_ids").to_pylist()]
         spans = [np.asarray(x, dtype=np.int8) for x in table.column("span_ids").to_pylist()]
         return ids, spans
-    encoded, labels = tokens.tokenize_with_spans(tokenizer, table.column("text").to_pylist(),
+    check_spans(table)
+    texts = pc.utf8_slice_codeunits(table.column("text"), 0,
+                                    tokens.text_bound(tokenizer, max_seq_len))
+    encoded, labels = tokens.tokenize_with_spans(tokenizer, texts.to_pylist(),
                                                  table.column("spans").to_pylist())
     return [np.asarray(x, dtype=np.int32) for x in encoded], labels
 
@@ -49,7 +58,8 @@ def trajectory_shaped_documents(table: pa.Table, settings: ReadSettings, lm_weig
     prefix holds no REASON/ACT token is not emitted: it would be a step without LM loss."""
     tokenizer = tokens.load_tokenizer(settings.tokenizer)
     call_id = tokens.special_ids(tokenizer)["tool_call_start"]
-    ids, spans = _token_columns(table, tokenizer)
+    check_not_null(table, ("id", "success"))  # a null n_steps counts 0 (complexity)
+    ids, spans = _token_columns(table, tokenizer, settings.max_seq_len)
     success, n_steps = table.column("success").to_pylist(), table.column("n_steps").to_pylist()
     with_topk = settings.read_topk and "teacher_topk_ids" in table.column_names
     topk_ids = table.column("teacher_topk_ids").to_pylist() if with_topk else None
