@@ -229,6 +229,7 @@ def _load_joined(out: str | Path, files: list[str], filters: list[tuple[str, str
     """The compact layout as the same dataset `_load` gives for the full layout: rows are
     joined shard by shard (the cache holds the full prompts; `streaming` joins on the fly)."""
     from datasets import Dataset, Features, IterableDataset
+    from datasets.exceptions import DatasetGenerationError
 
     def rows(out: str, files: list[str], filters: Any, version: tuple[str, ...]
              ) -> Iterator[dict]:
@@ -241,10 +242,16 @@ def _load_joined(out: str | Path, files: list[str], filters: list[tuple[str, str
               "version": tuple(info.sha256 for info in
                                manifest_shards(read_manifest(Path(out)))["preferences"])}
     features = Features.from_arrow_schema(PREFERENCE_SCHEMA)
-    dataset = (IterableDataset.from_generator(rows, features=features, gen_kwargs=kwargs)
-               if streaming else
-               Dataset.from_generator(rows, features=features, gen_kwargs=kwargs,
-                                      cache_dir=cache_dir))
+    try:
+        dataset = (IterableDataset.from_generator(rows, features=features, gen_kwargs=kwargs)
+                   if streaming else
+                   Dataset.from_generator(rows, features=features, gen_kwargs=kwargs,
+                                          cache_dir=cache_dir))
+    except DatasetGenerationError as exc:  # "An error occurred while generating the
+        # dataset" on top of the join's own error, which names the pair and the shard
+        if isinstance(exc.__cause__, (ValueError, OutputUnreadable)):
+            raise exc.__cause__ from None
+        raise
     return dataset.cast(conversational_features(dataset.features, "preferences"))
 
 

@@ -85,7 +85,8 @@ class ShardLayout:
     negative_pairs: list[tuple[str, str]]   # (trajectories/part-K, preferences/part-K): MCH negatives
     has_tokens: bool
     has_topk: bool
-    tokenizers: frozenset[str] = frozenset()  # the `tokenizer` column's values (every shard)
+    tokenizers: dict[str, str] = field(default_factory=dict)  # the `tokenizer` column's values
+    # (every local shard) -> the first shard recording each
     repair_pairs: list[tuple[str, str]] = field(default_factory=list)  # (.., repairs/part-K)
 
 
@@ -112,9 +113,13 @@ def inspect_shards(root: str | Path) -> ShardLayout:
     for file, schema in zip(files, schemas):
         check_column_types(file, schema)
     names = set.intersection(*(set(schema.names) for schema in schemas))
-    recorded = frozenset(v for f, schema in zip(files, schemas) if TOKENIZER_COLUMN in schema.names
-                         for v in pq.read_table(f, columns=[TOKENIZER_COLUMN])
-                         .column(TOKENIZER_COLUMN).unique().to_pylist() if v)
+    recorded: dict[str, str] = {}  # tokenizer -> the first shard that records it
+    for file, schema in zip(files, schemas):
+        if TOKENIZER_COLUMN in schema.names:
+            for value in pq.read_table(file, columns=[TOKENIZER_COLUMN]).column(
+                    TOKENIZER_COLUMN).unique().to_pylist():
+                if value:
+                    recorded.setdefault(value, file)
     return ShardLayout(files, negatives, all(c in names for c in TOKEN_COLUMNS),
                        all(c in names for c in TOPK_COLUMNS), recorded, repairs)
 
@@ -169,7 +174,7 @@ def check_shard_tokenizer(layout: ShardLayout, settings: DataSettings) -> None:
                      if not same_tokenizer(name, settings.tokenizer))
     if foreign:
         raise ValueError(
-            f"{layout.trajectory_files[0]}: token ids were made with tokenizer {foreign}, not "
+            f"{layout.tokenizers[foreign[0]]}: token ids were made with tokenizer {foreign}, not "
             f"{settings.tokenizer!r} (tokenizer); point `tokenizer` at the teacher's tokenizer, "
             f"or set data.check_tokenizer=false if they are the same")
 

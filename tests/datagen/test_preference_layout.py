@@ -16,6 +16,7 @@ from datagen.config import GenerateConfig, fingerprint, public_dump
 from datagen.pipeline.shards import ShardStore
 from datagen.preferences import join_prompts
 from datagen.readers import load_preferences
+from tests.datagen.helpers import rewrite_shard
 
 
 def _generate(root: Path, layout: str) -> Path:
@@ -93,6 +94,24 @@ def test_a_prompt_reference_that_does_not_fit_its_trajectory_is_named(outs, colu
     join_prompts(pairs, conversations, str(shard))  # the undamaged pair joins
     with pytest.raises(ValueError, match=f"pair {pairs.column('id')[0]}: {problem}.*{shard}"):
         join_prompts(damaged, conversations, str(shard))
+
+
+def test_load_preferences_names_a_bad_reference_itself(outs, tmp_path):
+    # the join's error used to arrive under datasets' "An error occurred while generating
+    # the dataset", its message only in the cause
+    pytest.importorskip("datasets")
+    out = tmp_path / "out"
+    shutil.copytree(outs["compact"], out)
+    def push_first_prompt_past_its_trajectory(pairs: pa.Table) -> pa.Table:
+        chars = pairs.column("prompt_chars").to_pylist()
+        chars[0] += 10**6  # the first pair is a negative (by reference)
+        column = pairs.schema.get_field_index("prompt_chars")
+        return pairs.set_column(column, pairs.field(column),
+                                pa.array(chars, pairs.field(column).type))
+
+    shard = rewrite_shard(out, "preferences", 0, push_first_prompt_past_its_trajectory)
+    with pytest.raises(ValueError, match=f"prompt_chars .* is outside trajectory .*{shard.name}"):
+        load_preferences(out, cache_dir=str(tmp_path / "cache"))
 
 
 def test_load_preferences_gives_the_same_dataset_for_both_layouts(outs, tmp_path):

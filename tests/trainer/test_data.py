@@ -207,7 +207,7 @@ def test_oracle_token_ids_carry_their_tokenizer_and_another_one_is_refused(
     from trainer.data import check_shard_tokenizer
 
     layout = inspect_shards(tokenized_out)
-    assert layout.has_tokens and layout.tokenizers == {str(trainer_tokenizer)}
+    assert layout.has_tokens and set(layout.tokenizers) == {str(trainer_tokenizer)}
     ours = DataSettings(shards=str(tokenized_out), tokenizer=str(trainer_tokenizer))
     check_shard_tokenizer(layout, ours)  # the tokenizer the ids were made with: accepted
     other = tmp_path / "other_tokenizer"

@@ -4,11 +4,15 @@ mislabel or an opaque KeyError/IndexError; the shard checks before Ray read ever
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from trainer.data import check_column_types, inspect_shards
+from trainer.data import (DataSettings, check_column_types, check_shard_tokenizer,
+                          inspect_shards)
 from trainer.data_checks import DataError, check_spans, check_token_lists
 from trainer.fit import failure_cause
 
@@ -83,7 +87,13 @@ def test_every_shard_is_checked_before_training(tmp_path):
     pq.write_table(good, tmp_path / "trajectories" / "part-000000.parquet")
     shard1 = tmp_path / "trajectories" / "part-000001.parquet"
     pq.write_table(good.set_column(5, "tokenizer", pa.array(["tok-b"])), shard1)
-    assert inspect_shards(tmp_path).tokenizers == {"tok-a", "tok-b"}
+    layout = inspect_shards(tmp_path)  # each tokenizer with the first shard recording it
+    assert {name: Path(file).name for name, file in layout.tokenizers.items()} == {
+        "tok-a": "part-000000.parquet", "tok-b": "part-000001.parquet"}
+    with pytest.raises(ValueError, match=r"part-000001.parquet: token ids were made with "
+                                         r"tokenizer \['tok-b'\]"):  # not shard 0's name
+        check_shard_tokenizer(replace(layout, has_tokens=True),
+                              DataSettings(shards=str(tmp_path), tokenizer="tok-a"))
     pq.write_table(good.set_column(3, "success", pa.array(["false"])), shard1)
     with pytest.raises(ValueError, match="part-000001.parquet: columns of another type.*success"):
         inspect_shards(tmp_path)
