@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from datagen.teachers.config import Temperature
+
 from datagen.config_files import ConfigError, parse_override, read_yaml, set_dotted, shape_problem
 from trainer.pair_weights import KindWeights, check_kind_weights
 
@@ -136,7 +138,7 @@ class LossConfig(StrictModel):
     teacher_model: PathText | None = Field(None, description="HF checkpoint of the online teacher")
     lambda_reason: float = Field(1.0, ge=0)
     lambda_act: float = Field(1.0, ge=0)
-    temperature: float = Field(1.0, gt=0)
+    temperature: Temperature = Field(1.0, gt=0)
     chunk_size: int = Field(512, ge=1, le=MAX_TOKENS, description="time steps per logits chunk")
     recompute_chunks: bool | None = Field(None, description="recompute chunk logits in "
                                           "backward (memory for one extra head matmul); "
@@ -284,7 +286,7 @@ class PPOConfig(StrictModel):
                                  "learner worker, each holding a copy of the policy")
     rollout_cpus: float = Field(1.0, gt=0, le=MAX_COUNT, description="CPUs reserved per "
                                 "rollout actor")
-    temperature: float = Field(1.0, gt=0, description="sampling temperature of rollouts; the "
+    temperature: Temperature = Field(1.0, gt=0, description="sampling temperature of rollouts; the "
                                "learner scores tokens at the same temperature")
     max_turns: int = Field(6, ge=1, le=MAX_TURNS, description="assistant turns per episode")
     max_tokens_per_turn: int = Field(128, ge=1, le=MAX_NEW_TOKENS, description="token budget per turn (a turn "

@@ -55,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
     from datagen.pipeline.storage import writable_file
 
     for flag, path in (("--out", args.out), ("--episodes-out", args.episodes_out)):
-        if path and not writable_file(path):  # found out before minutes of evaluation
+        if path is not None and not (path and writable_file(path)):  # before minutes of work
             print(f"trainer eval: {flag}: cannot write {path} (no such writable folder, or a "
                   f"folder of that name)", file=sys.stderr)
             return 2
@@ -63,8 +63,9 @@ def _run(args: argparse.Namespace) -> int:
 
     try:  # the user's environment modules, before any model loads
         import_modules(list(args.env_modules))
-    except ImportError as exc:
-        print(f"trainer eval: --env-modules: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - the user's module: any failure is theirs
+        detail = str(exc) if isinstance(exc, ImportError) else f"{type(exc).__name__}: {exc}"
+        print(f"trainer eval: --env-modules: {detail}", file=sys.stderr)
         return 2
     try:
         report = evaluate(config_from_args(args))

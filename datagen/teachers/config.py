@@ -8,14 +8,35 @@ another fails before any work starts.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import math
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, field_validator,
+                      model_validator)
 
 from datagen.teachers.registry import SECTIONS, backend_spec
 
 TEACHER_BACKENDS = ("oracle", "hf", "openai", "vllm")  # datagen's own; more can be registered
 LLM_BACKENDS = SECTIONS
+
+
+# A positive temperature below vLLM's own greedy threshold is greedy there and, where logits
+# are divided by it in float32 (hf, the trainer's sampler), inf and then NaN probabilities
+# (1e-300 crashed torch.multinomial); above MAX the distribution is uniform noise.
+MIN_TEMPERATURE = 1e-5
+MAX_TEMPERATURE = 100.0
+MAX_TOKENS_PER_TURN = 1 << 20  # longer than any model's context
+
+
+def sane_temperature(value: float) -> float:
+    """0 or within [MIN, MAX]; inf and nan are left to the configs' finite-number check."""
+    if value != 0 and math.isfinite(value) and not MIN_TEMPERATURE <= value <= MAX_TEMPERATURE:
+        raise ValueError(f"{value:g} is neither 0 (greedy) nor within [{MIN_TEMPERATURE:g}, "
+                         f"{MAX_TEMPERATURE:g}]")
+    return value
+
+
+Temperature = Annotated[float, AfterValidator(sane_temperature)]
 
 
 class _Strict(BaseModel):
@@ -25,10 +46,10 @@ class _Strict(BaseModel):
 class SamplingConfig(_Strict):
     """How each assistant turn is sampled (all backends)."""
 
-    temperature: float = Field(0.7, ge=0, description="0 = greedy; higher = more diverse "
+    temperature: Temperature = Field(0.7, ge=0, description="0 = greedy; higher = more diverse "
                                "trajectories, more failed turns")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
-    max_tokens_per_turn: int = Field(512, ge=1, description="generation cap per assistant turn; "
+    max_tokens_per_turn: int = Field(512, ge=1, le=MAX_TOKENS_PER_TURN, description="generation cap per assistant turn; "
                                      "a turn that hits it is recorded as failed (truncated)")
     stop: list[str] = Field(default_factory=list, description="extra stop strings; turns always "
                             "end at <|im_end|>")

@@ -61,6 +61,11 @@ def test_demo_config_loads():
      ["teacher.sampling.seed: an integer outside the 64-bit range"]),
     ("teacher:\n  sampling: {temperature: .inf}\n",
      ["teacher.sampling.temperature: inf is not a finite number"]),
+    # divided by in float32: inf, then NaN probabilities in the hf teacher and the trainer
+    ("teacher:\n  sampling: {temperature: 1.0e-300}\n",
+     ["teacher.sampling.temperature: 1e-300 is neither 0 (greedy) nor within [1e-05, 100]"]),
+    ("teacher:\n  sampling: {max_tokens_per_turn: 100000000000}\n",
+     ["teacher.sampling.max_tokens_per_turn: Input should be less than or equal to 1048576"]),
     ("teacher:\n  sampling: {logit_bias: {1: .nan}}\n",
      ["teacher.sampling.logit_bias.1: nan is not a finite number"]),
     ("teacher: {backend: openai, openai: {base_url: u, model: m, timeout_s: .inf}}\n",

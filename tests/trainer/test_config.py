@@ -207,7 +207,9 @@ def _integers(schema: dict, defs: dict, path: str = ""):
 
 
 @pytest.mark.parametrize("model,nested", [("trainer.config.TrainConfig", "model.train_layers"),
-                                          ("trainer.eval.EvalConfig", "pref_tasks")])
+                                          ("trainer.eval.EvalConfig", "pref_tasks"),
+                                          ("trainer.loop.config.LoopConfig",
+                                           "train.round0_steps")])
 def test_every_integer_field_has_an_upper_bound_inside_int64(model, nested):
     """Checked for every field, not the ones an audit named: an unbounded count or seed
     reaches torch, numpy or Ray and overflows there, in a worker, after the run started."""

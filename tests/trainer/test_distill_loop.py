@@ -262,8 +262,8 @@ def test_bad_configs_fail_before_any_work_naming_the_field(tmp_path, loop_tokeni
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="tokenizer .*empty has no tokenizer.json"):
         make_plan(load_loop_config(path, [f"train.set=[tokenizer={tmp_path}/empty]"]))
-    with pytest.raises(ConfigError, match="^eval: max_steps: Input should be less than or equal to 256"):
-        make_plan(load_loop_config(path, ["eval.max_steps=100000"]))
+    with pytest.raises(ConfigError, match="eval.max_steps: Input should be less than or equal to 256"):
+        load_loop_config(path, ["eval.max_steps=100000"])
     with pytest.raises(ConfigError, match="student.max_turns: Input should be less than or equal"):
         load_loop_config(path, ["student.max_turns=100000"])
     with pytest.raises(ConfigError, match="round0.checkpoint"):
@@ -272,9 +272,35 @@ def test_bad_configs_fail_before_any_work_naming_the_field(tmp_path, loop_tokeni
         make_plan(load_loop_config(path, ["critic.backend=llm", "critic.llm={backend: oracle}"]))
     with pytest.raises(ConfigError, match="round0.generate: .*negatives.kindz: unknown field"):
         make_plan(load_loop_config(path, ["round0.generate_set={negatives.kindz: [x]}"]))
-    with pytest.raises(ConfigError, match="^round0.data: no manifest.json in"):
+    with pytest.raises(ConfigError, match="^round0.data: .* has no manifest.json"):
         make_plan(load_loop_config(path, ["round0.generate=null", f"round0.data={tmp_path}"]))
     assert not (tmp_path / "loop").exists()  # nothing was started
+
+
+def test_configs_that_failed_only_rounds_later_fail_at_the_start(tmp_path, loop_tokenizer):
+    """Each of these used to pass the start's checks and fail after round 0 or 1 (hours of
+    work), in a traceback or a worker (the audit of 2026-12-06)."""
+    path = _write_configs(tmp_path, loop_tokenizer)
+    with pytest.raises(ConfigError, match=r"^student/critic \(round 2\): seed: Input should be "
+                                          "less than or equal to 9223372036854775807"):
+        make_plan(load_loop_config(path, ["rounds=3", f"student.seed_stride={2**62}"]))
+    with pytest.raises(ConfigError, match="^eval.envs: unknown environment 'bogus'"):
+        make_plan(load_loop_config(path, ["eval.envs=[bogus]"]))
+    with pytest.raises(ConfigError, match="student.temperature: 1e-300 is neither 0 "
+                                          r"\(greedy\) nor within \[1e-05, 100\]"):
+        load_loop_config(path, ["student.temperature=1e-300"])
+    for field in ("out", "round0.generate", "round0.checkpoint", "train.config"):
+        with pytest.raises(ConfigError, match=f"{field}: String should have at least 1 character"):
+            load_loop_config(path, [f"{field}=''"])  # "" was the working directory
+    not_an_out = tmp_path / "not-an-out"
+    not_an_out.mkdir()
+    (not_an_out / "manifest.json").write_text("{}")
+    for generate in ("null", "''"):  # round0.data read for the base config, or only used
+        overrides = [f"round0.data={not_an_out}"] + (["round0.generate=null"] if generate ==
+                                                     "null" else [])
+        with pytest.raises(ConfigError, match="^round0.data: .* is not a datagen manifest"):
+            make_plan(load_loop_config(path, overrides))
+    assert not (tmp_path / "loop").exists()
 
 
 def test_the_loops_dpo_phase_runs_without_the_trajectory_anchor(tmp_path):

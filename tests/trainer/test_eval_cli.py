@@ -162,3 +162,9 @@ def test_unknown_environments_and_modules_are_one_line(checkpoint, capsys):
         and len(err.splitlines()) == 1, err
     assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--env-modules", "no_such_mod"]) == 2
     assert capsys.readouterr().err.strip() == "trainer eval: --env-modules: No module named 'no_such_mod'"
+    # an empty module name was a ValueError traceback; an empty --out ran and wrote nothing
+    assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--env-modules", ""]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "trainer eval: --env-modules: ValueError: Empty module name"
+    assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--out", ""]) == 2
+    assert capsys.readouterr().err.startswith("trainer eval: --out: cannot write")

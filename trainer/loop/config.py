@@ -17,23 +17,25 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
-from trainer.config import MAX_NEW_TOKENS, MAX_TURNS, StrictModel, load_model
+from datagen.teachers.config import Temperature
+from trainer.config import (MAX_BATCH, MAX_NEW_TOKENS, MAX_SEED, MAX_TURNS, MAX_WORKERS, Count,
+                            PathText, Seed, StrictModel, load_model)
 
 
 
 class RoundZeroConfig(StrictModel):
     """Round 0: teacher data -> SAD -> eval. Either part may be taken from an earlier run."""
 
-    generate: str | None = Field(None, description="datagen config (YAML) of the teacher data; "
+    generate: PathText | None = Field(None, description="datagen config (YAML) of the teacher data; "
                                  "its `out` is replaced by OUT/round-000/data. Also the base "
                                  "of every student round's generation config (envs, "
                                  "env_modules, critic kinds)")
     generate_set: dict[str, Any] = Field(default_factory=dict, description="dotted overrides "
                                          "of the datagen config, e.g. {num_trajectories: 48}")
-    data: str | None = Field(None, description="an existing teacher OUT used as round 0's data "
+    data: PathText | None = Field(None, description="an existing teacher OUT used as round 0's data "
                              "instead of generating (read only); `generate` is then optional "
                              "and the base config is read from its manifest")
-    checkpoint: str | None = Field(None, description="an existing checkpoint (or run dir) "
+    checkpoint: PathText | None = Field(None, description="an existing checkpoint (or run dir) "
                                    "used as round 0's student instead of training one: saves "
                                    "the round-0 fit when a recipe run exists")
 
@@ -54,17 +56,17 @@ class StudentConfig(StrictModel):
                            "only the failed ones become repairs, so a strong student needs more")
     envs: tuple[str, ...] | None = Field(None, min_length=1, description="environments the "
                                          "student plays (None = round 0's, with its weights)")
-    chunk_size: int = Field(48, ge=1, description="tasks per generation chunk (unit of resume)")
-    num_workers: int = Field(1, ge=1, description="chunk workers, each holding a copy of the "
+    chunk_size: Count = Field(48, ge=1, description="tasks per generation chunk (unit of resume)")
+    num_workers: int = Field(1, ge=1, le=MAX_WORKERS, description="chunk workers, each holding a copy of the "
                              "student (1 CPU each)")
-    seed_stride: int = Field(1, ge=1, description="round r's generation seed is round 0's seed "
+    seed_stride: int = Field(1, ge=1, le=MAX_SEED, description="round r's generation seed is round 0's seed "
                              "+ r * seed_stride: another run seed, so tasks (ids and seeds) "
                              "that no earlier round trained on; held-out eval tasks live in a "
                              "space no run seed reaches (trainer.heldout)")
     max_turns: int = Field(6, ge=1, le=MAX_TURNS, description="assistant turns per episode")
     max_tokens_per_turn: int = Field(128, ge=1, le=MAX_NEW_TOKENS, description="token budget per turn (a turn "
                                      "that hits it is truncated: a failed step)")
-    temperature: float = Field(0.7, ge=0, description="sampling temperature; 0 = greedy (the "
+    temperature: Temperature = Field(0.7, ge=0, description="sampling temperature; 0 = greedy (the "
                                "same failure on every try of a task)")
     on_invalid_turn: Literal["stop", "feedback"] = Field(
         "stop", description="stop = a malformed turn ends the episode (its first wrong step is "
@@ -95,13 +97,13 @@ class CriticConfig(StrictModel):
 class TrainSection(StrictModel):
     """The SAD run of every round, from a `trainer fit` config (recipe sad)."""
 
-    config: str = Field(description="trainer fit YAML (configs/train_tiny.yaml); run_dir and "
+    config: PathText = Field(description="trainer fit YAML (configs/train_tiny.yaml); run_dir and "
                         "shards are set per round, tokenizer is kept")
     set: list[str] = Field(default_factory=list, description="key=value overrides of it, as "
                            "`trainer fit --set`")
-    round0_steps: int | None = Field(None, ge=1, description="optimizer steps of round 0 "
+    round0_steps: Count | None = Field(None, ge=1, description="optimizer steps of round 0 "
                                      "(None = the config's run.max_steps)")
-    steps_per_round: int = Field(50, ge=1, description="optimizer steps of each later round, "
+    steps_per_round: Count = Field(50, ge=1, description="optimizer steps of each later round, "
                                  "continuing from the previous round's checkpoint")
     replay_share: float = Field(0.5, ge=0, lt=1, description="share of a round's training rows "
                                 "drawn from earlier rounds (round 0's teacher trajectories and "
@@ -114,11 +116,11 @@ class DPOSection(StrictModel):
     (chosen = critique + fix, rejected = a blind retry of the student's wrong step)."""
 
     enabled: bool = Field(False, description="run DPO on the round's repair pairs")
-    config: str | None = Field(None, description="trainer fit YAML with recipe dpo "
+    config: PathText | None = Field(None, description="trainer fit YAML with recipe dpo "
                                "(configs/dpo_tiny.yaml); init_from and shards are set per "
                                "round, the trajectory anchor off (dpo.anchor_weight=0)")
     set: list[str] = Field(default_factory=list, description="key=value overrides of it")
-    steps: int = Field(20, ge=1, description="DPO optimizer steps per round")
+    steps: Count = Field(20, ge=1, description="DPO optimizer steps per round")
 
     @model_validator(mode="after")
     def _config(self) -> "DPOSection":
@@ -132,17 +134,17 @@ class EvalSection(StrictModel):
 
     envs: tuple[str, ...] = Field(("sql", "fs", "enterprise"), min_length=1,
                                   description="environments, round-robin over the tasks")
-    num_tasks: int = Field(30, ge=1, description="held-out tasks (episodes and gold steps)")
-    eval_seed: int = Field(0, ge=0, description="held-out family; the same every round")
-    irr_tasks: int = Field(6, ge=0, description="held-out tasks with an error injected into "
+    num_tasks: Count = Field(30, ge=1, description="held-out tasks (episodes and gold steps)")
+    eval_seed: Seed = Field(0, description="held-out family; the same every round")
+    irr_tasks: Count = Field(6, ge=0, description="held-out tasks with an error injected into "
                            "the oracle's rollout, the student continuing from it: the round "
                            "table's IRR (recovery rate); each costs up to the turns a perfect "
                            "recovery needs + 2 (~20 s a task for a tiny CPU model); 0 = no IRR. "
                            "6 gives a coarse figure (steps of 1/6): raise it to compare rounds")
-    max_steps: int = Field(8, ge=1, description="assistant turns per episode")
-    max_new_tokens: int = Field(192, ge=1, description="tokens per generated turn")
-    batch_size: int = Field(8, ge=1, description="episodes in flight")
-    threads: int = Field(1, ge=0, description="torch CPU threads (0 = torch's default)")
+    max_steps: int = Field(8, ge=1, le=MAX_TURNS, description="assistant turns per episode")
+    max_new_tokens: int = Field(192, ge=1, le=MAX_NEW_TOKENS, description="tokens per generated turn")
+    batch_size: int = Field(8, ge=1, le=MAX_BATCH, description="episodes in flight")
+    threads: Count = Field(1, ge=0, description="torch CPU threads (0 = torch's default)")
 
 
 StopMetric = Literal["success_rate", "next_call_exact_match", "act_token_accuracy",
@@ -158,10 +160,10 @@ class StopConfig(StrictModel):
 
 
 class LoopConfig(StrictModel):
-    out: str = Field(description="loop directory: round-NNN/ per round, rounds.jsonl, "
+    out: PathText = Field(description="loop directory: round-NNN/ per round, rounds.jsonl, "
                      "rounds.md; rerunning into it continues from the first incomplete round")
     rounds: int = Field(2, ge=1, le=1000, description="rounds in all, round 0 included")
-    seed: int = Field(0, ge=0, description="seed of the replay draw")
+    seed: Seed = Field(0, description="seed of the replay draw")
     ray_address: str | None = Field(None, description="Ray to join; default $RAY_ADDRESS or local")
     round0: RoundZeroConfig
     student: StudentConfig = Field(default_factory=StudentConfig)

@@ -10,7 +10,6 @@ Injected errors, safety pairs and negatives are teacher-data business and are of
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,11 +36,31 @@ def base_generate_config(config: LoopConfig, out: Path) -> "GenerateConfig":
             return load_config(config.round0.generate, overrides)
         except ConfigError as exc:  # datagen's and the trainer's ConfigError are one class
             raise ConfigError(f"round0.generate: {exc}") from None
-    manifest = Path(config.round0.data) / "manifest.json"
-    if not manifest.is_file():
-        raise ConfigError(f"round0.data: no manifest.json in {config.round0.data}")
-    dump = json.loads(manifest.read_text())["config"]
-    return GenerateConfig.model_validate({**dump, "out": str(out), "progress": False})
+    from pydantic import ValidationError
+
+    dump = round0_manifest(config).get("config")
+    if not isinstance(dump, dict):
+        raise ConfigError(f"round0.data: the manifest of {config.round0.data} records no "
+                          "datagen config")
+    try:
+        return GenerateConfig.model_validate({**dump, "out": str(out), "progress": False})
+    except ValidationError as exc:
+        raise ConfigError(f"round0.data: the config its manifest records does not load here "
+                          f"({exc.errors()[0]['loc']}: {exc.errors()[0]['msg']})") from None
+
+
+def round0_manifest(config: LoopConfig) -> dict[str, Any]:
+    """The manifest of round0.data, which must be a datagen OUT with trajectories (ConfigError
+    naming the field otherwise)."""
+    from datagen.pipeline.shards import OutputUnreadable, read_manifest
+
+    try:
+        manifest = read_manifest(Path(config.round0.data))
+    except OutputUnreadable as exc:
+        raise ConfigError(f"round0.data: {exc}") from None
+    if not manifest["counts"].get("trajectories"):
+        raise ConfigError(f"round0.data: {config.round0.data} holds no trajectories")
+    return manifest
 
 
 def student_generate_config(config: LoopConfig, base: "GenerateConfig", index: int,

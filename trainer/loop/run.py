@@ -77,6 +77,8 @@ def make_plan(config: LoopConfig) -> Plan:
     out = Path(config.out)
     first = RoundDir(out, 0)
     data = Path(config.round0.data) if config.round0.data else first.data
+    if config.round0.data:  # read only; also when round0.generate gives the base config
+        generation.round0_manifest(config)
     round0 = _checked(lambda: train.round0_train_config(config, data, first.train), "train")
     if round0.recipe != "sad":
         raise ConfigError(f"train.config: recipe must be 'sad', not {round0.recipe!r}")
@@ -97,11 +99,24 @@ def make_plan(config: LoopConfig) -> Plan:
         except (FileNotFoundError, CheckpointError) as exc:
             raise ConfigError(f"round0.checkpoint: {exc}") from None
     _checked(lambda: evaluation.eval_config(config.eval, "probe", []), "eval")
-    base = generation.base_generate_config(config, first.data)
-    _checked(lambda: generation.student_generate_config(config, base, 1, "probe", tokenizer,
-                                                        out), "student/critic")
+    base = _checked(lambda: generation.base_generate_config(config, first.data), "round0")
+    _check_eval_envs(config.eval.envs)  # after the base config imported its env_modules
+    for index in sorted({1, config.rounds - 1} - {0}):  # seeds grow with the round
+        _checked(lambda: generation.student_generate_config(
+            config, base, index, "probe", tokenizer, out),
+            "student/critic" + (f" (round {index})" if index > 1 else ""))
     return Plan(config, out, base, data, round0.data.tables, tokenizer,
                 round0.data.consistency)
+
+
+def _check_eval_envs(envs: tuple[str, ...]) -> None:
+    from datagen.envs import resolve_env
+
+    for name in envs:
+        try:
+            resolve_env(name)
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"eval.envs: {exc.args[0] if exc.args else exc}") from None
 
 
 def _checked(build: Callable[[], Any], section: str) -> Any:
