@@ -22,7 +22,7 @@ import logging
 import os
 from typing import Iterator
 
-from datagen.pipeline.cluster import ClusterError
+from datagen.pipeline.cluster import ClusterError, cluster_has
 from trainer.config import ScalingConfig, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -40,16 +40,12 @@ def all_workers(scaling: ScalingConfig) -> dict[str, float]:
 
 def describe(scaling: ScalingConfig) -> str:
     """What scaling asks for next to what the cluster has and has free, for messages."""
-    import ray
-
-    total, free = ray.cluster_resources(), ray.available_resources()
     wanted = all_workers(scaling)
     asked = ", ".join(f"{name} {amount:g}" for name, amount in wanted.items())
-    have = ", ".join(f"{name} {total.get(name, 0):g} ({free.get(name, 0):g} free now)"
-                     for name in wanted)
     gpu = " + a GPU (scaling.use_gpu)" if scaling.use_gpu else ""
     return (f"scaling.num_workers={scaling.num_workers} x scaling.cpus_per_worker="
-            f"{scaling.cpus_per_worker}{gpu} asks for {asked} in all; the cluster has {have}")
+            f"{scaling.cpus_per_worker}{gpu} asks for {asked} in all; the cluster has "
+            f"{cluster_has(wanted)}")
 
 
 def ceiling(started_here: bool) -> dict[str, float] | None:

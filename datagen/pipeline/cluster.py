@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 import tempfile
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import orjson
 import ray
@@ -134,8 +134,12 @@ def job_working_dir() -> str | None:
 
 def describe_resources(wanted: dict[str, float]) -> str:
     """What one worker asks for next to what the cluster has and has free, for messages."""
-    total, free = ray.cluster_resources(), ray.available_resources()
-    have = ", ".join(f"{name} {total.get(name, 0):g} ({free.get(name, 0):g} free now)"
-                     for name in wanted)
     asked = ", ".join(f"{name} {amount:g}" for name, amount in wanted.items())
-    return f"each chunk worker asks for {asked}; the cluster has {have}"
+    return f"each chunk worker asks for {asked}; the cluster has {cluster_has(wanted)}"
+
+
+def cluster_has(names: Iterable[str]) -> str:
+    """`CPU 2 (1 free now), ...`: the cluster's total and free amount of each resource."""
+    total, free = ray.cluster_resources(), ray.available_resources()
+    return ", ".join(f"{name} {total.get(name, 0):g} ({free.get(name, 0):g} free now)"
+                     for name in names)
