@@ -89,6 +89,8 @@ class Storage(Protocol):
 
     def parquet_rows(self, relative: str) -> int: ...
 
+    def parquet_file(self, relative: str) -> pq.ParquetFile: ...  # footer read, columns lazily
+
     def sha256(self, relative: str) -> str: ...
 
     def full(self, relative: str) -> str: ...  # the path or URI of `relative`
@@ -140,6 +142,9 @@ class LocalStorage:
 
     def parquet_rows(self, relative: str) -> int:
         return pq.read_metadata(self.root / relative).num_rows
+
+    def parquet_file(self, relative: str) -> pq.ParquetFile:
+        return pq.ParquetFile(self.root / relative)
 
     def sha256(self, relative: str) -> str:
         with open(self.root / relative, "rb") as handle:
@@ -205,6 +210,9 @@ class ArrowStorage:
 
     def parquet_rows(self, relative: str) -> int:
         return pq.read_metadata(self._key(relative), filesystem=self.fs).num_rows
+
+    def parquet_file(self, relative: str) -> pq.ParquetFile:
+        return pq.ParquetFile(self.fs.open_input_file(self._key(relative)))
 
     def sha256(self, relative: str) -> str:
         digest = hashlib.sha256()

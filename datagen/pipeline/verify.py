@@ -15,16 +15,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from datagen.pipeline.runlock import LockOwner, lock_holder
 from datagen.pipeline.shards import (ShardInfo, ShardStore, foreign_marker, manifest_shards,
                                      manifest_tables, read_manifest, shard_problem)
-from datagen.pipeline.storage import Storage, filesystem_of, is_uri
+from datagen.pipeline.storage import Storage, is_uri
 
 
 @dataclass(frozen=True)
@@ -127,13 +124,6 @@ def _check_shards(root: Storage, listed: dict[str, ShardInfo],
     return problems
 
 
-def _located(storage: Storage, file: str) -> tuple[str, Any]:
-    """(path or key, pyarrow filesystem or None) of `file` for pyarrow.parquet."""
-    path = storage.full(file)
-    fs, key = filesystem_of(path) if is_uri(path) else (None, path)
-    return key, fs
-
-
 def _duplicate_ids(storage: Storage, listed: dict[str, ShardInfo],
                    damaged: set[str]) -> list[Problem]:
     """Ids that two trajectories (or repairs) shards hold, or one twice: a join by id (a
@@ -143,8 +133,7 @@ def _duplicate_ids(storage: Storage, listed: dict[str, ShardInfo],
     problems = []
     for table in ("trajectories", "repairs"):
         files = [f for f in listed if f.startswith(f"{table}/") and f not in damaged]
-        parts = [pq.read_table(key, columns=["id"], filesystem=fs)
-                 for key, fs in (_located(storage, file) for file in files)]
+        parts = [storage.parquet_file(file).read(["id"]) for file in files]
         if not parts:
             continue
         shard = pa.array([i for i, part in enumerate(parts) for _ in range(part.num_rows)],
@@ -172,8 +161,7 @@ def _schema_problems(storage: Storage, listed: dict[str, ShardInfo],
 
     schemas: dict[str, dict[str, pa.Schema]] = {}
     for file in (file for file in listed if file not in damaged):
-        key, fs = _located(storage, file)
-        schemas.setdefault(file.split("/")[0], {})[file] = pq.read_schema(key, filesystem=fs)
+        schemas.setdefault(file.split("/")[0], {})[file] = storage.parquet_file(file).schema_arrow
     return [Problem(file, problem, _chunk_of(file)) for table, found in schemas.items()
             for file, problem in schema_problems(table, found).items()]
 
