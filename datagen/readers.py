@@ -33,11 +33,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from datagen.conversation_checks import MESSAGE_COLUMNS, check_conversations
 from datagen.pipeline.shards import OutputUnreadable, manifest_shards, read_manifest, shard_problem
 from datagen.rows import (CONSISTENCY_SCHEMA, NEGATIVE_SCHEMA, PREFERENCE_SCHEMA, REPAIR_SCHEMA,
                           TRAJECTORY_SCHEMA)
@@ -47,60 +46,9 @@ if TYPE_CHECKING:  # datasets is an optional dependency (the `interop` extra)
 
 PREFERENCE_SOURCES = ("negative", "repair", "safety")
 SFT_TABLES = ("trajectories", "repairs")
-MESSAGE_COLUMNS = {"preferences": ("prompt", "chosen", "rejected"),
-                   "trajectories": ("messages",), "repairs": ("messages",)}
 CONTRACTS = {"trajectories": TRAJECTORY_SCHEMA, "repairs": REPAIR_SCHEMA,
              "negatives": NEGATIVE_SCHEMA, "preferences": PREFERENCE_SCHEMA,
              "consistency": CONSISTENCY_SCHEMA}  # the types of the contract's columns
-ROLES = ("system", "user", "assistant", "tool")  # the roles datagen.chat.to_messages writes
-
-
-def _json_list_problem(value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        decoded = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        return f"not JSON ({exc}): {value[:60]!r}"
-    return None if isinstance(decoded, list) else f"JSON but not a list: {value[:60]!r}"
-
-
-def conversation_problem(table: pa.Table, columns: Sequence[str]) -> str | None:
-    """The first value of `table` (its `id`, `tools` and message `columns`) that a chat
-    template cannot render, naming its row id and column, or None: a role outside ROLES, a
-    `tool_calls` or `tools` that is not a JSON list. `datasets.Json` decodes only when a row is
-    read, and takes a column whose first 5 values are not JSON for plain strings, so damage
-    would reach TRL's template. Every message's role and call, each distinct `tools` once."""
-    ids = table.column("id")
-    for column in columns:
-        messages = table.column(column).combine_chunks()
-        flat, rows = pc.list_flatten(messages), pc.list_parent_indices(messages)
-        roles = flat.field("role")
-        bad = pc.invert(pc.fill_null(pc.is_in(roles, pa.array(ROLES)), False))
-        if (first := pc.index(bad, True).as_py()) >= 0:
-            return (f"row {ids[rows[first].as_py()]}, column {column}.role: "
-                    f"{roles[first].as_py()!r} is not one of {', '.join(ROLES)}")
-        for i, calls in enumerate(flat.field("tool_calls").to_pylist()):
-            if problem := _json_list_problem(calls):
-                return f"row {ids[rows[i].as_py()]}, column {column}.tool_calls: {problem}"
-    seen: set[str] = set()
-    for i, tools in enumerate(table.column("tools").to_pylist()):
-        if tools not in seen and (problem := _json_list_problem(tools)):
-            return f"row {ids[i]}, column tools: {problem}"
-        seen.add(tools)
-    return None
-
-
-def check_conversations(file: str, table: str) -> None:
-    """`conversation_problem` of shard `file` of `table` as `OutputUnreadable`, reading only
-    the `id`, `tools` and each message's `role` and `tool_calls`."""
-    columns = MESSAGE_COLUMNS[table]
-    leaves = [f"{c}.list.element.{leaf}" for c in columns for leaf in ("role", "tool_calls")]
-    if problem := conversation_problem(pq.ParquetFile(file).read(["id", "tools", *leaves]),
-                                       columns):
-        raise OutputUnreadable(f"{file}: {problem}")
-
-
 def schema_problems(table: str, schemas: dict[str, pa.Schema]) -> dict[str, str]:
     """Shard -> how its schema (`schemas`: shard -> footer schema, in manifest order) departs
     from the table's: a column of the first shard missing or extra, or a column of another
@@ -168,8 +116,7 @@ def _load(files: list[str], table: str, filters: list[tuple[str, str, Any]] | No
           streaming: bool, cache_dir: str | None) -> "Dataset | IterableDataset":
     from datasets import load_dataset
 
-    for file in files:
-        check_conversations(file, table)
+    check_conversations(files, table)
     dataset = load_dataset("parquet", data_files=files, split="train", streaming=streaming,
                            cache_dir=cache_dir, filters=filters or None)
     return dataset.cast(conversational_features(dataset.features, table))
@@ -216,9 +163,8 @@ def joined_preferences(out: str | Path, files: list[str],
             raise OutputUnreadable(f"{file} refers to prompts in trajectories/{name}, which "
                                    "the manifest does not list")
         used = [shards[name] for shards in sources.values() if name in shards]
-        check_conversations(file, "preferences")
-        for conversation_file in used:  # repairs/ has the same message column
-            check_conversations(conversation_file, "trajectories")
+        check_conversations([file], "preferences")
+        check_conversations(used, "trajectories")  # repairs/ has the same message column
         conversations = pa.concat_tables(
             pq.read_table(used_file, columns=["id", "text", "messages"]) for used_file in used)
         yield join_prompts(pq.read_table(file, filters=filters or None), conversations, file)

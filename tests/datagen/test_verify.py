@@ -177,3 +177,19 @@ def test_ids_two_trajectories_shards_hold_are_named_with_both_shards(tmp_path, c
     assert rc == 1 and ("DAMAGED trajectories/part-000001.parquet: 1 id(s) also in "
                         "trajectories/part-000000.parquet (e.g. a)") in out
     assert "1 damaged chunk(s)" in out
+
+
+def test_repeated_ids_pairs_the_first_and_last_part_of_each_repeated_id():
+    from datagen.pipeline.verify import repeated_ids
+
+    def parts(*lists):
+        return [pa.chunked_array([pa.array(chunk) for chunk in chunks] or [pa.array([], pa.string())])
+                for chunks in lists]
+
+    assert repeated_ids([]) == []
+    assert repeated_ids(parts([["a", "b"], ["c"]], [["d"]], [])) == []
+    found = repeated_ids(parts([["a", "b"], ["x", "b"]], [["c", "y"]], [["x"], ["a", "z"]],
+                               [["y", "q"]]))
+    assert sorted(found) == [(0, 0, 1, "b"), (0, 2, 2, "a"), (1, 3, 1, "y")]
+    # an id in three parts counts once, for its first and last part
+    assert repeated_ids(parts([["k"]], [["k"]], [["k", "m"]])) == [(0, 2, 1, "k")]
