@@ -20,8 +20,7 @@ def _fit(args: argparse.Namespace) -> int:
     from ray.train import TrainingFailedError
 
     from datagen.pipeline.shards import OutputConflict
-    from trainer.data_checks import DataError
-    from trainer.fit import failure_cause, fit, root_error
+    from trainer.fit import failure_cause, fit, lasting_failure
 
     try:
         result = fit(cfg)
@@ -29,8 +28,8 @@ def _fit(args: argparse.Namespace) -> int:
         print(f"cannot train: {exc}", file=sys.stderr)
         return 2
     except TrainingFailedError as exc:  # the workers' tracebacks are in the log above it
-        if isinstance(root_error(exc), DataError):  # a rerun would fail the same way
-            print(f"training failed: bad data: {failure_cause(exc)}", file=sys.stderr)
+        if kind := lasting_failure(exc):  # bad data, diverged: a rerun would fail the same way
+            print(f"training failed: {kind}: {failure_cause(exc)}", file=sys.stderr)
             return 1
         print(f"training failed: {failure_cause(exc)} (rerun the same command to resume from "
               f"the newest checkpoint)", file=sys.stderr)

@@ -40,12 +40,29 @@ MAX_COUNT = 2**31 - 1  # steps, checkpoints, windows, layers, CPUs: a C int (2^3
 # are ~7 years), so no value overflows where torch, numpy or Ray keep it
 MAX_WORKERS = 100_000  # Ray workers or actors of one kind, a placement-group bundle each
 
+# Upper bounds on the floats that scale a step, a loss or a reward (the walk in
+# tests/trainer/test_config.py finds every float field and checks it has one). inf and nan are
+# refused already; these refuse finite values no run means (`optim.lr: 1e300` trained on NaN).
+# AdamW moves every weight by about lr per step whatever the gradient's scale, and a
+# transformer's weights are ~0.02-1: lr 1 rewrites each weight by its own size every step
+# (fine-tuning uses 1e-6..1e-3, this repo's tiny runs 3e-3).
+MAX_LR = 1.0
+# Loss weights and coefficients only matter as ratios to each other (Adam undoes the
+# gradient's overall scale): a ratio of a million already mutes the other terms, and a weight
+# of 1e6 times a loss of ~10 stays far inside float32 (and bf16) range.
+MAX_LOSS_WEIGHT = 1e6
+# Rewards are in units the episode sums (success 1, penalties 0.05-0.5 a turn); GAE squares
+# returns in the value loss, so 1e6 x 256 turns, squared, is still ~1e17, finite in float32.
+MAX_REWARD = 1e6
+
 # Every integer field has an upper bound (tests/trainer/test_config.py walks the models to
 # check). These types carry the shared ones; a field keeps its own lower bound, and a type
 # carries none, because pydantic applies only the last of two `ge`s.
 Count = Annotated[int, Field(le=MAX_COUNT)]
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 AdamBeta = Annotated[float, Field(ge=0, lt=1)]  # torch.optim refuses others, in the worker
+LossWeight = Annotated[float, Field(le=MAX_LOSS_WEIGHT)]  # a dict's values; its validator
+# refuses <= 0 (or < 0) with a message that says what to do instead
 PathText = Annotated[str, Field(min_length=1)]  # "" resolves to the working directory, or
 # (run_dir) to a storage URI Ray cannot parse
 
@@ -62,8 +79,10 @@ class ModelConfig(StrictModel):
                                        "the run starts)")
     split_embeddings: bool = Field(True, description="second embedding for tool-call tokens")
     use_landmark: bool = Field(False, description="landmark attention (grouped softmax)")
-    landmark_block_size: int = Field(64, ge=1, le=MAX_TOKENS, description="tokens per landmark block")
-    landmark_retrieval_topk: Count = Field(4, ge=1, description="blocks opened per query when decoding")
+    landmark_block_size: int = Field(64, ge=1, le=MAX_TOKENS,
+                                     description="tokens per landmark block")
+    landmark_retrieval_topk: Count = Field(4, ge=1,
+                                           description="blocks opened per query when decoding")
     use_mch: bool = Field(True, description="meta-cognitive head (needs OUT/negatives to learn)")
     mch_detach_backbone: bool = Field(True, description="MCH loss leaves the backbone alone")
     train_layers: Count | None = Field(None, ge=0, description="train only the top N decoder "
@@ -77,10 +96,13 @@ class ModelConfig(StrictModel):
 
 
 class DataConfig(StrictModel):
-    max_seq_len: int = Field(2048, ge=16, le=MAX_TOKENS, description="longer documents keep their prefix")
-    batch_size: int = Field(4, ge=1, le=MAX_BATCH, description="LM documents (trajectories, repairs) per "
+    max_seq_len: int = Field(2048, ge=16, le=MAX_TOKENS,
+                             description="longer documents keep their prefix")
+    batch_size: int = Field(4, ge=1, le=MAX_BATCH,
+                            description="LM documents (trajectories, repairs) per "
                             "micro-batch per worker; every micro-batch has LM loss")
-    mch_rows: int = Field(1, ge=0, le=MAX_BATCH, description="MCH negatives added to every micro-batch "
+    mch_rows: int = Field(1, ge=0, le=MAX_BATCH,
+                          description="MCH negatives added to every micro-batch "
                           "(model.use_mch): rows of LM weight 0, each costing a forward and "
                           "backward like an LM row; 0 = the MCH learns only from in-row labels "
                           "(tool calls of LM documents, repairs' wrong calls)")
@@ -92,7 +114,7 @@ class DataConfig(StrictModel):
         "are read from repairs/ beside the trajectory shards of the same chunk; safety = "
         "the chosen side of the `safety` preference pairs (refusal / confirmation, or the "
         "benign call) as SFT documents, prompt without loss (trainer/readers/safety.py)")
-    table_weights: dict[Literal["trajectories", "repairs", "safety"], float] = Field(
+    table_weights: dict[Literal["trajectories", "repairs", "safety"], LossWeight] = Field(
         default_factory=dict, description="LM loss weight of a table's tokens (default 1): "
         "span means become sum(w * loss) / sum(w); every row is read once per epoch "
         "whatever its weight, so this is a loss weight, not a sampling share")
@@ -136,15 +158,17 @@ class LossConfig(StrictModel):
                                                          "scripted teachers; topk reads stored "
                                                          "logprobs; online runs teacher_model")
     teacher_model: PathText | None = Field(None, description="HF checkpoint of the online teacher")
-    lambda_reason: float = Field(1.0, ge=0)
-    lambda_act: float = Field(1.0, ge=0)
-    temperature: Temperature = Field(1.0, gt=0)
+    lambda_reason: float = Field(1.0, ge=0, le=MAX_LOSS_WEIGHT)
+    lambda_act: float = Field(1.0, ge=0, le=MAX_LOSS_WEIGHT)
+    temperature: Temperature = Field(1.0, gt=0)  # <= 100: datagen's sane_temperature
     chunk_size: int = Field(512, ge=1, le=MAX_TOKENS, description="time steps per logits chunk")
     recompute_chunks: bool | None = Field(None, description="recompute chunk logits in "
                                           "backward (memory for one extra head matmul); "
                                           "null = only when full logits exceed 2 GiB")
-    pcgrad: bool = Field(False, description="project conflicting REASON/ACT gradients (2 backward passes)")
-    mch_weight: float = Field(0.5, ge=0, description="weight of the MCH binary loss (class-"
+    pcgrad: bool = Field(False,
+                         description="project conflicting REASON/ACT gradients (2 backward passes)")
+    mch_weight: float = Field(0.5, ge=0, le=MAX_LOSS_WEIGHT,
+                              description="weight of the MCH binary loss (class-"
                               "balanced: mean over correct steps and mean over wrong ones, "
                               "averaged)")
 
@@ -163,23 +187,27 @@ class DPOConfig(StrictModel):
 
     loss_type: Literal["sigmoid", "ipo"] = Field("sigmoid", description="sigmoid = DPO; ipo = "
                                                  "IPO with TRL's length normalisation")
-    beta: float = Field(0.1, gt=0, description="strength of the pull to the reference "
+    # beta 100 turns a log-prob gap of 0.1 nats into a sigmoid argument of 10: a step
+    # function of the gap, past any DPO or IPO setting (0.01-1)
+    beta: float = Field(0.1, gt=0, le=100, description="strength of the pull to the reference "
                         "(IPO: its tau); rewards are beta * (logp - ref_logp)")
     label_smoothing: float = Field(0.0, ge=0, lt=0.5, description="sigmoid only: probability "
                                    "that a pair's label is wrong (conservative DPO); 0 = DPO")
-    rpo_alpha: float = Field(0.0, ge=0, description="weight of an NLL term on the chosen "
+    rpo_alpha: float = Field(0.0, ge=0, le=MAX_LOSS_WEIGHT,
+                             description="weight of an NLL term on the chosen "
                              "completions (RPO; TRL's 'sft' loss added); 0 = off")
     sources: tuple[PreferenceSource, ...] = Field(
         ("negative", "repair", "safety"), min_length=1, description="pair sources trained "
         "(a filter on the `source` column)")
-    source_weights: dict[PreferenceSource, float] = Field(
+    source_weights: dict[PreferenceSource, LossWeight] = Field(
         default_factory=dict, description="loss weight per source (default 1): pair losses "
         "average as sum(w * loss) / sum(w); a loss weight, not a sampling share")
-    kind_weights: dict[str, float] = Field(
+    kind_weights: dict[str, LossWeight] = Field(
         default_factory=dict, description="loss weight per pair kind: glob pattern -> weight "
         ">= 0 (`benign_*: 3`), first match in the order written, unmatched kinds 1; scales the "
         "pair's loss absolutely (trainer.pair_weights), 0 drops the kind from the feed")
-    batch_size: int = Field(4, ge=1, le=MAX_BATCH, description="pairs per micro-batch per worker (2x as "
+    batch_size: int = Field(4, ge=1, le=MAX_BATCH,
+                            description="pairs per micro-batch per worker (2x as "
                             "many rows: chosen and rejected share one forward)")
     bucket_pool_batches: int = Field(8, ge=1, le=4096, description="batches composed and sorted by "
                                      "length together; larger = less padding, less randomness")
@@ -201,9 +229,11 @@ class DPOConfig(StrictModel):
     chunk_size: int = Field(512, ge=1, le=MAX_TOKENS, description="time steps per logits chunk")
     recompute_chunks: bool | None = Field(None, description="recompute chunk logits in "
                                           "backward; null = only when full logits exceed 2 GiB")
-    mch_weight: float = Field(0.5, ge=0, description="weight of the MCH loss on the pairs' "
+    mch_weight: float = Field(0.5, ge=0, le=MAX_LOSS_WEIGHT,
+                              description="weight of the MCH loss on the pairs' "
                               "calls (chosen call = correct step, rejected call = wrong one)")
-    anchor_weight: float = Field(0.0, ge=0, description="weight of a SAD loss on trajectory "
+    anchor_weight: float = Field(0.0, ge=0, le=MAX_LOSS_WEIGHT,
+                                 description="weight of a SAD loss on trajectory "
                                  "micro-batches added to every DPO step (PPO-ptx style: it keeps "
                                  "the agent the pairs alone would cost); 0 = off. The anchor "
                                  "stream reads the data section (tables, table_weights, mch_rows, "
@@ -244,10 +274,12 @@ CALL_CLASSES = ("truncated", "unparsable", "unknown_tool", "hallucinated_key", "
 class RewardConfig(StrictModel):
     """Reward weights of the `ppo` recipe (trainer.rl.rewards defines the error classes)."""
 
-    success: float = Field(1.0, description="reward when the checker accepts the final answer")
-    turn_cost: float = Field(0.01, ge=0, description="subtracted per assistant turn: prefers "
+    success: float = Field(1.0, ge=-MAX_REWARD, le=MAX_REWARD,
+                           description="reward when the checker accepts the final answer")
+    turn_cost: float = Field(0.01, ge=0, le=MAX_REWARD,
+                             description="subtracted per assistant turn: prefers "
                              "short solutions; keep it well under the success reward")
-    penalties: dict[str, float] = Field(
+    penalties: dict[str, Annotated[float, Field(le=MAX_REWARD)]] = Field(
         default_factory=lambda: {"truncated": 0.5, "unparsable": 0.5, "unknown_tool": 0.5,
                                  "hallucinated_key": 0.3, "type_error": 0.3,
                                  "missing_required": 0.3, "constraint": 0.2, "malformed": 0.3,
@@ -278,9 +310,11 @@ class PPOConfig(StrictModel):
                                   description="environments the training tasks come from")
     task_seed: Seed = Field(0, description="TaskSource seed of the training tasks (the "
                             "generation task space; held-out evaluation tasks never overlap)")
-    tasks_per_iteration: int = Field(4, ge=1, le=MAX_BATCH, description="distinct tasks per iteration per "
+    tasks_per_iteration: int = Field(4, ge=1, le=MAX_BATCH,
+                                     description="distinct tasks per iteration per "
                                      "worker")
-    group_size: int = Field(2, ge=1, le=1024, description="rollouts per task (grpo/rloo need >= 2: the "
+    group_size: int = Field(2, ge=1, le=1024,
+                            description="rollouts per task (grpo/rloo need >= 2: the "
                             "baseline is the group's other rollouts)")
     rollout_workers: int = Field(1, ge=1, le=MAX_WORKERS, description="rollout actors per "
                                  "learner worker, each holding a copy of the policy")
@@ -289,7 +323,8 @@ class PPOConfig(StrictModel):
     temperature: Temperature = Field(1.0, gt=0, description="sampling temperature of rollouts; the "
                                "learner scores tokens at the same temperature")
     max_turns: int = Field(6, ge=1, le=MAX_TURNS, description="assistant turns per episode")
-    max_tokens_per_turn: int = Field(128, ge=1, le=MAX_NEW_TOKENS, description="token budget per turn (a turn "
+    max_tokens_per_turn: int = Field(128, ge=1, le=MAX_NEW_TOKENS,
+                                     description="token budget per turn (a turn "
                                      "that hits it is truncated: penalised)")
     on_invalid_turn: Literal["stop", "feedback"] = Field(
         "stop", description="stop = a malformed turn ends the episode (as trainer eval plays); "
@@ -298,12 +333,17 @@ class PPOConfig(StrictModel):
     minibatch_size: int = Field(4, ge=1, le=MAX_BATCH, description="episodes per optimizer step")
     gamma: float = Field(1.0, ge=0, le=1, description="GAE discount per generated token")
     lam: float = Field(0.95, ge=0, le=1, description="GAE lambda")
-    clip_ratio: float = Field(0.2, gt=0, description="PPO clip range of the probability ratio")
-    value_clip: float = Field(0.2, ge=0, description="clip range of the value update (0 = "
-                              "unclipped value loss)")
-    value_coef: float = Field(0.5, ge=0, description="weight of the value loss")
-    entropy_coef: float = Field(0.0, ge=0, description="weight of the entropy bonus")
-    kl_coef: float = Field(0.05, ge=0, description="weight of the KL to the reference (the "
+    # the ratio is clipped to [1 - clip_ratio, 1 + clip_ratio] (0.1-0.3 in practice): past 10
+    # the clip never acts on a step that has not diverged already
+    clip_ratio: float = Field(0.2, gt=0, le=10,
+                              description="PPO clip range of the probability ratio")
+    value_clip: float = Field(0.2, ge=0, le=MAX_REWARD, description="clip range of the value "
+                              "update, in reward units (0 = unclipped value loss)")
+    value_coef: float = Field(0.5, ge=0, le=MAX_LOSS_WEIGHT, description="weight of the value loss")
+    entropy_coef: float = Field(0.0, ge=0, le=MAX_LOSS_WEIGHT,
+                                description="weight of the entropy bonus")
+    kl_coef: float = Field(0.05, ge=0, le=MAX_LOSS_WEIGHT,
+                           description="weight of the KL to the reference (the "
                            "starting weights); 0 = no reference model")
     kl_estimator: Literal["k1", "k3"] = Field("k1", description="k1 = log p - log p_ref "
                                               "(unbiased, can be negative); k3 = "
@@ -315,7 +355,8 @@ class PPOConfig(StrictModel):
     whiten_advantages: bool = Field(True, description="gae: normalise advantages over each "
                                     "iteration's generated tokens (mean 0, std 1); grpo/rloo "
                                     "keep their group advantages as they are")
-    chunk_size: int = Field(256, ge=1, le=MAX_TOKENS, description="time steps per logits chunk when scoring")
+    chunk_size: int = Field(256, ge=1, le=MAX_TOKENS,
+                            description="time steps per logits chunk when scoring")
     reward: RewardConfig = Field(default_factory=RewardConfig)
 
     @model_validator(mode="after")
@@ -326,26 +367,46 @@ class PPOConfig(StrictModel):
         return self
 
 
+# a complexity score's weights, either sign: terms of ~1-10 each, so +-1e6 keeps the score finite
+ScoreWeight = Annotated[float, Field(ge=-MAX_LOSS_WEIGHT, le=MAX_LOSS_WEIGHT)]
+
+
 class CurriculumConfig(StrictModel):
     enabled: bool = False
     start_fraction: float = Field(0.3, gt=0, le=1, description="easiest share used at step 0")
-    ramp_fraction: float = Field(0.5, ge=0, le=1, description="share of training until all data is in")
+    ramp_fraction: float = Field(0.5, ge=0, le=1,
+                                 description="share of training until all data is in")
     schedule: Literal["linear", "root"] = "linear"
-    weights: tuple[float, float, float] = Field((1.0, 1.0, 1.0), description="steps, "
-                                                "assistant tokens/1000, teacher entropy")
+    weights: tuple[ScoreWeight, ScoreWeight, ScoreWeight] = Field(
+        (1.0, 1.0, 1.0), description="steps, assistant tokens/1000, teacher entropy")
 
 
 class OptimConfig(StrictModel):
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    lr: float = Field(1e-3, gt=0, le=MAX_LR, description="peak learning rate of AdamW, at "
+                      "most 1 (AdamW moves each weight by ~lr a step); a step whose gradient "
+                      "norm is inf or nan stops the run")
+    # AdamW multiplies every weight by (1 - lr * weight_decay) each step: 0-0.1 in practice;
+    # the product is checked below
+    weight_decay: float = Field(0.0, ge=0, le=10)
     betas: tuple[AdamBeta, AdamBeta] = (0.9, 0.95)
     warmup_steps: Count = Field(5, ge=0)
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="cosine decays to lr * this")
-    grad_clip: float = Field(1.0, ge=0, description="0 = no clipping")
+    # a norm of 1e6 is never reached by a step that has not diverged already: as a clip it
+    # is no clip, which 0 says
+    grad_clip: float = Field(1.0, ge=0, le=1e6, description="max gradient norm; 0 = no clipping")
+
+    @model_validator(mode="after")
+    def _decay(self) -> "OptimConfig":
+        if self.lr * self.weight_decay >= 1:
+            raise ValueError(f"lr * weight_decay = {self.lr * self.weight_decay:g}: AdamW "
+                             f"multiplies the weights by 1 - that each step (zero or sign-"
+                             f"flipped); keep it well under 1")
+        return self
 
 
 class RunConfig(StrictModel):
-    max_steps: Count = Field(40, ge=1, description="optimizer steps (a resumed run continues to this)")
+    max_steps: Count = Field(40, ge=1,
+                             description="optimizer steps (a resumed run continues to this)")
     save_every: Count = Field(0, ge=0, description="checkpoint every N steps (0 = only at the end)")
     keep_checkpoints: Count = Field(2, ge=1)
     max_failures: int = Field(0, ge=0, le=100, description="times Ray Train restarts the "
@@ -367,7 +428,8 @@ class ScalingConfig(StrictModel):
                                    "x 1 CPU on a 2-CPU machine starve the parquet reader")
     use_gpu: bool = False
     strategy: Literal["ddp", "deepspeed"] = "ddp"
-    deepspeed_config: PathText | None = Field(None, description="DeepSpeed JSON (strategy deepspeed)")
+    deepspeed_config: PathText | None = Field(None,
+                                              description="DeepSpeed JSON (strategy deepspeed)")
     worker_start_timeout_s: float = Field(
         600.0, gt=0, le=86_400, description="longest wait for the cluster to place the "
         "workers (an autoscaler adding a node, another job ending), at the start and at each "

@@ -4,6 +4,10 @@ Both expose the same small surface, so the training loop reads the same for a la
 32B run: `module` (call it for the forward), `unwrapped` (the AgentQwen2ForCausalLM),
 `backward(loss)`, `step() -> grad_norm`, `lr`, `state_dict()/load_state_dict()` for the
 optimizer+scheduler, and `save_weights(dir)` in Hugging Face format.
+
+`step()` raises TrainingDiverged when the gradient norm is inf or nan (a learning rate too
+high, a bf16 overflow, a broken loss): the run stops at the step that diverged instead of
+training on NaN and checkpointing NaN weights.
 """
 
 from __future__ import annotations
@@ -18,6 +22,25 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.config import OptimConfig
+
+
+class TrainingDiverged(RuntimeError):
+    """A step's gradient norm was inf or nan. A rerun from the newest checkpoint meets the same
+    data at the same rate (a resume keeps the run's learning rate), so it is reported without
+    the rerun advice a lost worker gets (trainer.fit.lasting_failure). One string argument:
+    the exception travels from a Ray worker to the driver by pickling."""
+
+
+def diverged(step: int, norm: float, applied: bool = False) -> TrainingDiverged:
+    """The error of optimizer step `step` (1-based, as metrics.jsonl counts) whose gradient
+    norm is `norm`; `applied`: DeepSpeed stepped anyway (see DeepSpeedEngine.step)."""
+    value = f"{norm:g}" if math.isfinite(norm) and norm >= 0 else (
+        "nan" if math.isnan(norm) else "inf" if norm > 0 else "inf or nan")
+    update = "DeepSpeed applied the update" if applied else "the update was not applied"
+    return TrainingDiverged(
+        f"step {step}: gradient norm {value}, {update}; lower optim.lr or check the data. The "
+        f"newest checkpoint holds the weights from before it: start a new run_dir from it "
+        f"(model.init_from=<this run_dir>), as a resume keeps the old learning rate")
 
 
 def lr_lambda(warmup_steps: int, max_steps: int, min_ratio: float):
@@ -79,8 +102,20 @@ class DDPEngine:
         loss.backward()
 
     def step(self) -> float:
+        """Clip, then AdamW; a non-finite norm drops the gradients and raises TrainingDiverged
+        before anything moves (weights, Adam's moments, the schedule).
+
+        Every rank raises at the same step, so none waits in a collective for a rank that
+        stopped: the norm is taken on gradients that are already the same on every rank -
+        DDP's backward hooks all-reduce them, and the steps that run backward without the
+        hooks (PCGrad in recipes/sad.py, the DPO anchor in recipes/dpo.py) call
+        average_gradients before this. A nan or inf on one rank survives the mean."""
         params = [p for p in self.unwrapped.parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip if self.grad_clip > 0 else float("inf"))
+        if not math.isfinite(float(norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            # the scheduler has stepped once per applied step: this one is its count + 1
+            raise diverged(self.scheduler.last_epoch + 1, float(norm))
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -154,9 +189,28 @@ class DeepSpeedEngine:
         self.module.backward(loss)
 
     def step(self) -> float:
+        """DeepSpeed's step, then TrainingDiverged if its gradient norm was inf or nan.
+
+        Unlike DDPEngine, the check comes after the step: DeepSpeed clips and steps inside
+        `module.step()` on gradients partitioned across ranks, and reports the norm after.
+        DeepSpeed (0.19, ZeRO 1-3) itself skips a step whose norm is not finite, in float32
+        and in bf16 unless `bf16.check_grad_overflow` is false, and reports the norm as inf;
+        with that check off it applies the step and reports inf (or -1, its mark of a
+        non-finite norm), and the weights may be NaN. Either way this raises before the
+        step's checkpoint, so no weights of it are saved. The norm is the same on every rank
+        (reduced inside DeepSpeed), so all ranks raise together. fp16 is left alone: its
+        dynamic loss scaler skips overflowing steps by design while it searches a scale (and
+        stops the run itself at its minimum scale)."""
+        step = self.scheduler.last_epoch + 1
         self.module.step()
-        norm = self.module.get_global_grad_norm()
-        return float(norm) if norm is not None else float("nan")
+        reported = self.module.get_global_grad_norm()  # None: ZeRO-1/2 computed none
+        norm = float(reported) if reported is not None else float("nan")
+        applied = self.module.was_step_applied()  # False only on an overflow (1 micro-batch/step)
+        finite = reported is None or (math.isfinite(norm) and norm >= 0)
+        if (not applied or not finite) and not self.module.fp16_enabled():
+            # a skipped step's norm may be stale or absent: -1 reads "inf or nan"
+            raise diverged(step, norm if not finite else -1.0, applied=applied)
+        return norm
 
     def state_dict(self) -> dict[str, Any]:
         return {}  # optimizer and scheduler live in DeepSpeed's own checkpoint

@@ -14,7 +14,9 @@ Topology (readable here, in one place):
              the same run_dir resumes from the latest checkpoint; metrics.jsonl beside them
     faults:  a dead worker (killed, OOM, node lost) restarts the worker group up to
              `run.max_failures` times, each time from the latest checkpoint (same resume
-             path as a rerun); past that, the job fails and a rerun resumes
+             path as a rerun); past that, the job fails and a rerun resumes; bad data
+             (DataError) and a diverged step (TrainingDiverged: gradient norm inf/nan, the
+             update not applied) fail the same way again, so they are reported apart
     placement: workers the cluster can never hold are refused before any work; others are
              waited for at most `scaling.worker_start_timeout_s` (trainer.placement)
 
@@ -91,17 +93,34 @@ def failure_cause(exc: BaseException) -> str:
     in retry advice, so the cause is taken from the failure object and its first line kept
     (`OSError: ZSTD decompression failed: Data corruption detected`). A data stage's error
     reaches here as a task error whose `cause` is the stage's own exception (Ray Data raises
-    it unwrapped, `original_map_errors`), so a DataError arrives with its shard and row."""
+    it unwrapped, `original_map_errors`), so a DataError arrives with its shard and row; a
+    DataError or TrainingDiverged is its message alone (the caller names its kind)."""
     error = root_error(exc)
     first = (str(error).strip().splitlines() or [""])[0][:300]
-    return first if isinstance(error, DataError) else f"{type(error).__name__}: {first}"
+    return first if lasting_kind(error) else f"{type(error).__name__}: {first}"
+
+
+def lasting_failure(exc: BaseException) -> str | None:
+    """"bad data" or "diverged" when the failure behind `exc` would recur on a rerun (the same
+    rows; the same rate from the same checkpoint), else None (a lost worker, an OOM, a
+    corrupt read: a rerun resumes past it)."""
+    return lasting_kind(root_error(exc))
+
+
+def lasting_kind(error: BaseException) -> str | None:
+    from trainer.engines import TrainingDiverged  # torch: imported once a fit has failed
+
+    if isinstance(error, DataError):
+        return "bad data"
+    return "diverged" if isinstance(error, TrainingDiverged) else None
 
 
 def root_error(exc: BaseException) -> BaseException:
     """The error behind `exc`: the first worker's failure, then down the `cause` (Ray's task
-    errors) / `__cause__` / `__context__` chain: its last DataError (a `RayTaskError(DataError)`
-    is one too, with Ray's traceback as text), else the failure's own cause (an error raised
-    while handling another is the one to show, not the one it replaced)."""
+    errors) / `__cause__` / `__context__` chain: its last DataError or TrainingDiverged (a
+    `RayTaskError(DataError)` is one too, with Ray's traceback as text), else the failure's
+    own cause (an error raised while handling another is the one to show, not the one it
+    replaced)."""
     failures = getattr(exc, "worker_failures", None) or {}
     first = failures[min(failures)] if failures else getattr(exc, "controller_failure", None) or exc
     chain: list[BaseException] = []
@@ -109,8 +128,8 @@ def root_error(exc: BaseException) -> BaseException:
     while isinstance(error, BaseException) and all(error is not e for e in chain):
         chain.append(error)
         error = getattr(error, "cause", None) or error.__cause__ or error.__context__
-    data_errors = [e for e in chain if isinstance(e, DataError)]
-    return data_errors[-1] if data_errors else getattr(first, "cause", None) or first
+    lasting = [e for e in chain if lasting_kind(e)]
+    return lasting[-1] if lasting else getattr(first, "cause", None) or first
 
 
 def job_env_vars() -> dict[str, str]:

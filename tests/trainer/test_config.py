@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -184,6 +185,18 @@ def test_bad_overrides_end_in_one_config_error(override, message):
     ("optim.warmup_steps=100000000000000000000", "optim.warmup_steps: Input should be less"),
     ("scaling.num_workers=1000000", "scaling.num_workers: Input should be less than or equal "
      "to 100000"),
+    # finite, and trained on NaN from the first steps (trainer.engines now stops such a run)
+    ("optim.lr=1e300", "optim.lr: Input should be less than or equal to 1$"),
+    ("optim.lr=2", "optim.lr: Input should be less than or equal to 1$"),
+    ("optim.weight_decay=11", "optim.weight_decay: Input should be less than or equal to 10"),
+    ("optim.grad_clip=1e300", "optim.grad_clip: Input should be less than or equal to 1000000"),
+    ("loss.lambda_reason=1e300", "loss.lambda_reason: Input should be less than or equal to "
+     "1000000"),
+    ("loss.mch_weight=1e7", "loss.mch_weight: Input should be less than or equal to 1000000"),
+    ("data.table_weights={trajectories: 1e300}", "data.table_weights.trajectories: Input "
+     "should be less than or equal to 1000000"),
+    ("curriculum.weights=[1, -1e300, 1]", "curriculum.weights.1: Input should be greater than "
+     "or equal to -1000000"),
 ])
 def test_non_finite_and_unbounded_values_are_refused_before_any_work(override, message):
     """A NaN learning rate trains on NaN; a billion-document batch is allocated, not run."""
@@ -222,6 +235,62 @@ def test_every_integer_field_has_an_upper_bound_inside_int64(model, nested):
     unbounded = [path for path, item in integers.items()
                  if not item.get("maximum", 2**64) <= 2**63 - 1]
     assert unbounded == []
+
+
+def _numbers(schema: dict, defs: dict, path: str = ""):
+    """(dotted path, schema) of every float in a JSON schema, as _integers walks integers."""
+    if "$ref" in schema:
+        yield from _numbers(defs[schema["$ref"].rsplit("/", 1)[-1]], defs, path)
+    if schema.get("type") == "number":
+        yield path, schema
+    for key, child in schema.get("properties", {}).items():
+        yield from _numbers(child, defs, f"{path}.{key}".lstrip("."))
+    for child in [*schema.get("anyOf", ()), *schema.get("prefixItems", ()),
+                  *[schema[key] for key in ("items", "additionalProperties")
+                    if isinstance(schema.get(key), dict)]]:
+        yield from _numbers(child, defs, path)
+
+
+@pytest.mark.parametrize("model,nested", [("trainer.config.TrainConfig", "ppo.reward.penalties"),
+                                          ("trainer.loop.config.LoopConfig", "stop.min_gain")])
+def test_every_float_field_has_an_upper_bound(model, nested):
+    """`optim.lr: 1e300` was finite, so valid, and trained on NaN; a loss weight or reward of
+    1e300 overflows the same way. Temperatures are bounded by datagen's sane_temperature
+    (<= 100), a validator the schema does not show: checked by loading one."""
+    import importlib
+
+    module, name = model.rsplit(".", 1)
+    schema = getattr(importlib.import_module(module), name).model_json_schema()
+    numbers = dict(_numbers(schema, schema.get("$defs", {})))
+    assert nested in numbers  # the walk reaches into sections, dicts and `float | None`
+    unbounded = [path for path, item in numbers.items()
+                 if "maximum" not in item and "exclusiveMaximum" not in item
+                 and not path.endswith("temperature")]
+    assert unbounded == []
+    with pytest.raises(ConfigError, match="loss.temperature: Value error, 1000 is neither|"
+                                          "loss.temperature: 1000 is neither"):
+        load_config(ROOT / "configs" / "train_tiny.yaml", ["loss.temperature=1000"])
+
+
+def test_decay_weights_and_rewards_of_every_recipe_are_bounded():
+    from trainer.loop import load_loop_config
+
+    with pytest.raises(ConfigError, match=r"optim: lr \* weight_decay = 2: AdamW multiplies"):
+        load_config(ROOT / "configs" / "train_tiny.yaml", ["optim.lr=0.5", "optim.weight_decay=4"])
+    for override, field in [("dpo.beta=1000", "dpo.beta"), ("dpo.rpo_alpha=1e300", "dpo.rpo_alpha"),
+                            ("dpo.kind_weights={benign_*: 1e300}", "dpo.kind_weights.benign_*"),
+                            ("dpo.source_weights={negative: 1e300}", "dpo.source_weights.negative")]:
+        with pytest.raises(ConfigError, match=f"{re.escape(field)}: Input should be less than"):
+            load_config(ROOT / "configs" / "dpo_tiny.yaml", [override])
+    for override, field in [("ppo.reward.success=-1e300", "ppo.reward.success"),
+                            ("ppo.reward.penalties={truncated: 1e300}",
+                             "ppo.reward.penalties.truncated"),
+                            ("ppo.clip_ratio=100", "ppo.clip_ratio"),
+                            ("ppo.kl_coef=1e300", "ppo.kl_coef")]:
+        with pytest.raises(ConfigError, match=f"{re.escape(field)}: Input should be"):
+            load_config(ROOT / "configs" / "ppo_tiny.yaml", [override])
+    with pytest.raises(ConfigError, match="stop.min_gain: Input should be less than or equal to 1"):
+        load_loop_config(ROOT / "configs" / "loop_tiny.yaml", ["stop.min_gain=5"])
 
 
 @pytest.mark.parametrize("field", ["run_dir", "shards", "tokenizer", "model.init_from",

@@ -155,8 +155,11 @@ STOP_METRICS = get_args(StopMetric)
 class StopConfig(StrictModel):
     metric: StopMetric = Field("success_rate", description="held-out metric whose gain "
                                "decides whether to go on: " + ", ".join(STOP_METRICS))
-    min_gain: float | None = Field(None, description="stop after a round that gains less than "
-                                   "this over the round before (None = run all rounds)")
+    # every stop metric is a rate in [0, 1], so a gain lies in [-1, 1]: 5 meant as 5% would
+    # stop after every round
+    min_gain: float | None = Field(None, ge=-1, le=1, description="stop after a round that "
+                                   "gains less than this over the round before, a difference "
+                                   "of rates (0.01 = one point; None = run all rounds)")
 
 
 class LoopConfig(StrictModel):

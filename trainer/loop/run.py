@@ -180,19 +180,24 @@ def stop_reason(config: LoopConfig, manifests: list[dict[str, Any]]) -> str | No
 
 
 class PhaseFailed(RuntimeError):
-    """A phase of a round raised; rerunning the loop continues from that phase."""
+    """A phase of a round raised; rerunning the loop continues from that phase (unless its fit
+    met bad data or diverged: a rerun would fail the same way, and a changed config is
+    refused in the same out, trainer.loop.rounds.claim)."""
 
     def __init__(self, index: int, phase: str, cause: BaseException) -> None:
         from ray.train import TrainingFailedError
 
-        from trainer.fit import failure_cause
+        from trainer.fit import failure_cause, lasting_failure
 
+        advice = "rerun the same command to continue from here"
         if isinstance(cause, TrainingFailedError):  # Ray's own text ends in retry advice
             detail = failure_cause(cause)
+            if kind := lasting_failure(cause):
+                detail = f"{kind}: {detail}"
+                advice = "a rerun fails the same way: change the config, into another out"
         else:
             detail = f"{type(cause).__name__}: {(str(cause).strip().splitlines() or [''])[-1][:300]}"
-        super().__init__(f"round {index}, phase {phase}: {detail} "
-                         f"(rerun the same command to continue from here)")
+        super().__init__(f"round {index}, phase {phase}: {detail} ({advice})")
 
 
 class _Phases:

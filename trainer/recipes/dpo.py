@@ -225,6 +225,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
                                  "anchor_batches": [anchor_batch] if anchor else []})
         running_auroc.update(gathered["mch_scores"], gathered["mch_step_labels"])
         lr = engine.lr
+        # an inf/nan norm raises TrainingDiverged naming position.step + 1 (the engine's
+        # schedule counts these same steps), before the update and its checkpoint
         metrics["grad_norm"] = engine.step()
         position.step += 1
         metrics.update(too_long=float(pairs.too_long), empty=float(pairs.empty))

@@ -43,7 +43,7 @@ import torch
 from trainer.checkpoints import Position, StepReports, load_state, resume_directory
 from trainer.config import CALL_CLASSES, TrainConfig
 from trainer.distributed import any_rank, reduce_metrics, start_worker
-from trainer.engines import DDPEngine, world_size
+from trainer.engines import DDPEngine, TrainingDiverged, world_size
 from trainer.rl.advantages import masked_mean
 from trainer.rl.batches import build_batch
 from trainer.rl.losses import kl_penalty
@@ -160,7 +160,11 @@ def iteration(cfg: TrainConfig, learner: Student, model: PolicyWithValue,
         metrics["behaviour_logprob_gap"] = float(masked_mean(
             (scored.old_logprobs - batch.behaviour_logprobs).abs(), batch.mask))
         generator = torch.Generator().manual_seed(iteration_seed(cfg, step, rank, 1))
-        metrics.update(update(learner.engine, batch, scored, cfg.ppo, device, generator))
+        try:
+            metrics.update(update(learner.engine, batch, scored, cfg.ppo, device, generator))
+        except TrainingDiverged as exc:  # the engine counts minibatch updates, not iterations
+            exc.args = (f"iteration {step + 1}, optimizer {exc}",)
+            raise
         advantages = scored.advantages
         kl_penalties = ((batch.rewards - scored.rewards) * batch.mask).sum(1)
     else:

@@ -248,6 +248,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         gathered = gather_lists({**scored, "batches": [fingerprint]})
         running_auroc.update(gathered["mch_scores"], gathered["mch_step_labels"])
         lr = engine.lr  # the rate this step uses (step() advances the schedule)
+        # an inf/nan norm raises TrainingDiverged naming position.step + 1 (the engine's
+        # schedule counts these same steps), before the update and its checkpoint
         metrics["grad_norm"] = engine.step()
         position.step += 1
         metrics = reduce_metrics(metrics, device, SUMMED)
