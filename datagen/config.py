@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
@@ -19,7 +20,8 @@ from datagen.config_files import ConfigError, read_yaml, set_dotted, shape_probl
 from datagen.config_files import parse_override  # noqa: F401  (the CLI's and tests' import)
 from datagen.credentials import redact_credentials
 from datagen.envs import DEFAULT_ENVS, available_envs, import_modules, resolve_env
-from datagen.teachers.config import TeacherConfig  # backend sections live with the teachers
+# backend sections live with the teachers, and the bounds they share with this config
+from datagen.teachers.config import MIN_SECONDS, TeacherConfig, ray_amount_problem, within
 
 
 # Bounds that keep a typo from becoming a run that cannot end or a plan that cannot fit:
@@ -28,6 +30,10 @@ from datagen.teachers.config import TeacherConfig  # backend sections live with 
 MAX_TRAJECTORIES = 10_000_000_000
 MAX_CHUNKS = 1_000_000
 MAX_SEED = 2**63 - 1  # seeds travel as int64 (Parquet `task_seed`, orjson)
+# Env weights are drawn in proportion; a subnormal float has too few bits for that (two of
+# 5e-324 split 24/76, not 50/50), so the smallest weight is the smallest normal float.
+EnvWeight = Annotated[float, within(sys.float_info.min, sys.float_info.max,
+                                    "a relative share, as a normal float")]
 INT64_RANGE = (-2**63, 2**63 - 1)  # what JSON readers, Arrow and the backends take as an integer
 
 
@@ -35,7 +41,6 @@ INT64_RANGE = (-2**63, 2**63 - 1)  # what JSON readers, Arrow and the backends t
 # memory is not a custom resource, `bundle` is its placement groups'): Ray refuses them when
 # the first worker is created.
 RAY_RESERVED_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory", "bundle")
-RAY_RESOURCE_UNIT = 1e-4  # Ray counts resources in units of 1/10,000
 
 
 def custom_resource_problem(name: str, amount: float) -> str | None:
@@ -47,9 +52,7 @@ def custom_resource_problem(name: str, amount: float) -> str | None:
                 "take their GPUs from teacher.vllm.num_gpus)")
     if not (math.isfinite(amount) and amount > 0):
         return "the amount must be finite and above 0"
-    if amount < RAY_RESOURCE_UNIT:
-        return f"Ray counts resources in units of {RAY_RESOURCE_UNIT:g}; ask for at least that"
-    return None
+    return ray_amount_problem(amount)
 
 
 class StrictModel(BaseModel):
@@ -59,8 +62,8 @@ class StrictModel(BaseModel):
 class EnvConfig(StrictModel):
     name: str = Field(description="registered environment name (sql, fs, enterprise) or "
                                   "`module.path:ClassName` for your own Environment subclass")
-    weight: float = Field(1.0, gt=0, allow_inf_nan=False,
-                          description="relative share of tasks drawn from this env (finite, > 0)")
+    weight: EnvWeight = Field(1.0, allow_inf_nan=False, description="relative share of tasks "
+                              "drawn from this env (finite, at least 2.2e-308)")
 
     @field_validator("name")
     @classmethod
@@ -268,12 +271,13 @@ class GenerateConfig(StrictModel):
                             "different config (run-only)")
     progress: bool = Field(True, description="show a progress bar (run-only)")
     worker_start_timeout_s: float = Field(
-        300.0, gt=0, le=86_400, description="run-only: how long a chunk worker may wait to be "
-        "placed and started (runtime_env installs included) while no worker is ready; then it "
-        "is given up, and with none left the run fails naming the resources it waited for")
+        300.0, ge=MIN_SECONDS, le=86_400, description="run-only: how long a chunk worker may "
+        "wait to be placed and started (runtime_env installs included) while no worker is "
+        "ready; then it is given up, and with none left the run fails naming the resources it "
+        "waited for (0.001 s .. 1 day)")
     worker_setup_timeout_s: float = Field(
-        1800.0, gt=0, le=86_400, description="run-only: longest a worker may take to build its "
-        "processor (a model loads here)")
+        1800.0, ge=MIN_SECONDS, le=86_400, description="run-only: longest a worker may take "
+        "to build its processor (a model loads here; 0.001 s .. 1 day)")
     max_chunk_attempts: int = Field(
         3, ge=1, le=20, description="run-only: a chunk lost with its worker this many times "
         "fails (in the summary) instead of being re-queued")

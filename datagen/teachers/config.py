@@ -39,6 +39,55 @@ def sane_temperature(value: float) -> float:
 Temperature = Annotated[float, AfterValidator(sane_temperature)]
 
 
+def within(low: float, high: float, unit: str) -> AfterValidator:
+    """A number in [low, high]; inf and nan are left to the configs' finite-number check."""
+    def check(value: float) -> float:
+        if math.isfinite(value) and not low <= value <= high:
+            raise ValueError(f"{value:g} is outside [{low:g}, {high:g}] ({unit})")
+        return value
+    return AfterValidator(check)
+
+
+# Timeouts and backoffs: below a millisecond every request times out (timeout_s 1e-300: every
+# row `generation_failed`, exit 0) or retries without pause; past a week it bounds nothing
+# (backoff_base_s 1e300 slept forever on the first 503: the run hung).
+MIN_SECONDS = 1e-3
+MAX_SECONDS = 7 * 86_400
+Seconds = Annotated[float, within(MIN_SECONDS, MAX_SECONDS, "seconds: 1 ms to a week")]
+# The backoff doubles per retry: 2**attempt leaves a float's range at attempt 1,024
+# (max_retries 1100 made every row `OverflowError` once the endpoint kept failing).
+MAX_RETRIES = 1_000
+# OpenAI's API takes biases in [-100, 100] (-100 bans a token, 100 all but forces it); hf adds
+# the bias to float32 logits, where 1e300 became inf and every turn failed in torch.multinomial.
+LogitBias = Annotated[float, within(-100, 100, "the OpenAI API's range")]
+TokenId = Annotated[int, Field(ge=0)]  # hf indexes the logits with it: -1 is the last token
+# USD per million tokens: the priciest list price is $600 (o1-pro output); above 10^6 the cost
+# columns stop being accounting (1e308: each row's cost_usd was inf, written as null).
+MAX_USD_PER_MILLION_TOKENS = 1e6
+Price = Annotated[float, within(0, MAX_USD_PER_MILLION_TOKENS, "USD per million tokens")]
+
+# Ray's rules for an actor's resource amount (ray/_common/ray_option_utils.py, ray_constants):
+# it counts in units of 1/10,000 and takes GPUs above 1 only whole (both raised in the chunk
+# worker, failing every chunk), and no node may offer more than 10^14 of a resource, so a larger
+# request is never placed (vllm.num_cpus 1e300 hung the run).
+RAY_RESOURCE_UNIT = 1e-4
+RAY_MAX_RESOURCE = 100e12
+
+
+def ray_amount_problem(amount: float, gpus: bool = False) -> str | None:
+    """Why Ray would refuse `amount` of a resource or never place it, or None (0 = none);
+    inf and nan are left to the configs' finite-number check."""
+    if not math.isfinite(amount) or amount == 0:
+        return None
+    if amount < RAY_RESOURCE_UNIT:
+        return f"Ray counts resources in units of {RAY_RESOURCE_UNIT:g}; ask for at least that"
+    if amount > RAY_MAX_RESOURCE:
+        return f"over {RAY_MAX_RESOURCE:g}, more than Ray lets a node offer: never placed"
+    if gpus and amount > 1 and not amount.is_integer():
+        return "Ray takes more than 1 GPU only as a whole number"
+    return None
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -57,9 +106,10 @@ class SamplingConfig(_Strict):
                           "token for distillation (0 = none; 20 is the OpenAI API's maximum)")
     seed: int | None = Field(None, description="sampling seed passed to the backend (None = "
                              "backend default); greedy decoding is deterministic regardless")
-    logit_bias: dict[int, float] = Field(default_factory=dict, description="token id -> bias "
-                                         "added to the logits before sampling (ban or favour "
-                                         "tokens); recorded logprobs stay the model's raw ones")
+    logit_bias: dict[TokenId, LogitBias] = Field(default_factory=dict, description="token id "
+                                                 "-> bias in [-100, 100] added to the logits "
+                                                 "before sampling (ban or favour tokens); "
+                                                 "recorded logprobs stay the model's raw ones")
 
 
 class EpisodeConfig(_Strict):
@@ -110,12 +160,13 @@ class OpenAIConfig(_Strict):
                                   "needed for token_ids")
     extra_body: dict[str, Any] = Field(default_factory=dict, description="extra request fields "
                                        "(server-specific sampling options)")
-    timeout_s: float = Field(120.0, gt=0, description="per-request timeout (a hang counts as a "
-                             "retryable failure)")
-    max_retries: int = Field(6, ge=0, description="retries on 429/5xx/timeouts/malformed bodies")
-    backoff_base_s: float = Field(0.5, gt=0, description="first backoff; doubles per retry, "
-                                  "full jitter")
-    backoff_max_s: float = Field(30.0, gt=0, description="cap of one backoff sleep")
+    timeout_s: Seconds = Field(120.0, description="per-request timeout (a hang counts as a "
+                               "retryable failure); 0.001 s .. 1 week")
+    max_retries: int = Field(6, ge=0, le=MAX_RETRIES, description="retries on "
+                             "429/5xx/timeouts/malformed bodies (at most 1,000)")
+    backoff_base_s: Seconds = Field(0.5, description="first backoff; doubles per retry, "
+                                    "full jitter")
+    backoff_max_s: Seconds = Field(30.0, description="cap of one backoff sleep")
     initial_concurrency: int = Field(16, ge=1, description="requests in flight at start (AIMD)")
     min_concurrency: int = Field(1, ge=1, description="AIMD floor")
     max_concurrency: int = Field(256, ge=1, description="AIMD ceiling: requests in flight per "
@@ -124,8 +175,10 @@ class OpenAIConfig(_Strict):
                                   "fingerprint keys); None = OUT/_cache; resumed runs do not pay "
                                   "twice")
     cache: bool = Field(True, description="use the request cache")
-    usd_per_million_input_tokens: float = Field(0.0, ge=0, description="for cost accounting")
-    usd_per_million_output_tokens: float = Field(0.0, ge=0, description="for cost accounting")
+    usd_per_million_input_tokens: Price = Field(0.0, description="for cost accounting "
+                                                "(0 .. 10^6)")
+    usd_per_million_output_tokens: Price = Field(0.0, description="for cost accounting "
+                                                 "(0 .. 10^6)")
 
     @model_validator(mode="after")
     def _token_ids_need_tokenizer(self) -> OpenAIConfig:
@@ -149,8 +202,10 @@ class VLLMConfig(_Strict):
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine; >1 uses a Ray "
                                       "placement group with one GPU bundle per rank")
     num_gpus: float = Field(1.0, ge=0, description="GPUs per engine actor when "
-                            "tensor_parallel_size is 1 (0 = CPU build of vLLM)")
-    num_cpus: float = Field(1.0, ge=0, description="CPUs reserved per engine actor")
+                            "tensor_parallel_size is 1 (0 = CPU build of vLLM; else at least "
+                            "0.0001, whole above 1, as Ray takes them)")
+    num_cpus: float = Field(1.0, ge=0, description="CPUs reserved per engine actor (0 or at "
+                            "least 0.0001, as Ray takes them)")
     dtype: str = Field("auto", description="auto, bfloat16, float16, float32 (CPU: float32)")
     max_model_len: int = Field(8192, ge=128, description="context length the engine reserves")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU memory share")
@@ -160,6 +215,13 @@ class VLLMConfig(_Strict):
                                          "CPU build (GiB)")
     engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra "
                                           "AsyncEngineArgs fields")
+
+    @field_validator("num_gpus", "num_cpus")
+    @classmethod
+    def _ray_amount(cls, amount: float, info: Any) -> float:
+        if problem := ray_amount_problem(amount, gpus=info.field_name == "num_gpus"):
+            raise ValueError(problem)
+        return amount
 
 
 class TeacherConfig(_Strict):

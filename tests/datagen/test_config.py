@@ -41,7 +41,8 @@ def test_demo_config_loads():
     ("seed: -1\n", ["seed:", "greater than or equal to 0"]),
     ("envs:\n  - name: sql\n    weight: .inf\n", ["envs.0.weight:", "finite number"]),
     ("envs:\n  - name: sql\n    weight: .nan\n", ["envs.0.weight:", "finite number"]),
-    ("envs:\n  - name: sql\n    weight: 0\n", ["envs.0.weight:", "greater than 0"]),
+    ("envs:\n  - name: sql\n    weight: 0\n", ["envs.0.weight:", "0 is outside "
+                                                   "[2.22507e-308, 1.79769e+308]"]),
     ("envs:\n  - {name: sql, weight: 1e308}\n  - {name: fs, weight: 1e308}\n",
      ["envs:", "add up to infinity"]),
     ("env_modules: ['.foo']\n", ["env_modules:", "cannot import '.foo'", "TypeError"]),

@@ -1,0 +1,125 @@
+"""Hostile numbers in float settings fail at load, naming the field (before, each passed and
+then hung the run, failed every row or wrote null; the finding is beside each case)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from datagen.config import ConfigError, load_config
+from datagen.pipeline.cli import main
+
+OPENAI = {"teacher.backend": "openai", "teacher.openai.base_url": "http://127.0.0.1:9/v1",
+          "teacher.openai.model": "m"}
+VLLM = {"teacher.backend": "vllm", "teacher.vllm.model": "m"}
+NAMED = {"worker_resources.datagen": "worker_resources", "envs": "envs.0.weight"}  # else field
+
+
+@pytest.mark.parametrize("section, field, value, expected", [
+    # 1e300: a hung endpoint is waited on forever; 1e-300: every row generation_failed, exit 0
+    (OPENAI, "teacher.openai.timeout_s", 1e300, "1e+300 is outside [0.001, 604800]"),
+    (OPENAI, "teacher.openai.timeout_s", 1e-300, "1e-300 is outside [0.001, 604800]"),
+    # slept forever on the first 503: the run hung
+    (OPENAI, "teacher.openai.backoff_base_s", 1e300, "is outside [0.001, 604800] (seconds"),
+    (OPENAI, "teacher.openai.backoff_max_s", 1e300, "is outside [0.001, 604800]"),
+    (OPENAI, "teacher.openai.backoff_max_s", 1e-300, "is outside [0.001, 604800]"),
+    # 2**1024 in the backoff: every row OverflowError
+    (OPENAI, "teacher.openai.max_retries", 1100, "less than or equal to 1000"),
+    # cost_usd inf in every row, written as null
+    (OPENAI, "teacher.openai.usd_per_million_input_tokens", 1e308, "is outside [0, 1e+06]"),
+    (OPENAI, "teacher.openai.usd_per_million_output_tokens", 1e300, "is outside [0, 1e+06]"),
+    # Ray's ValueError in the chunk worker failed every chunk; 1e300 was never placed (hung)
+    (VLLM, "teacher.vllm.num_cpus", 1e-300, "Ray counts resources in units of 0.0001"),
+    (VLLM, "teacher.vllm.num_cpus", 1e300, "more than Ray lets a node offer"),
+    (VLLM, "teacher.vllm.num_gpus", 1e300, "more than Ray lets a node offer"),
+    (VLLM, "teacher.vllm.num_gpus", 1.5, "more than 1 GPU only as a whole number"),
+    ({}, "worker_resources.datagen", 1e300, "'datagen': over 1e+14"),
+    # workers given up at once, after Ray was started
+    ({}, "worker_start_timeout_s", 1e-300, "greater than or equal to 0.001"),
+    ({}, "worker_setup_timeout_s", 1e-300, "greater than or equal to 0.001"),
+    # subnormal: two equal weights of 5e-324 drew 24/76, not 50/50
+    ({}, "envs", [{"name": "sql", "weight": 5e-324}], "4.94066e-324 is outside [2.22507e-308"),
+])
+def test_hostile_numbers_fail_at_load_naming_the_field(section, field, value, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, {**section, field: value})
+    message = str(info.value)
+    assert f"{NAMED.get(field, field)}: " in message, message
+    assert expected in message, message
+
+
+def test_logit_bias_within_the_openai_range_and_token_ids_not_negative():
+    # hf: 1e300 on float32 logits became inf, every turn failed in torch.multinomial
+    with pytest.raises(ConfigError, match=r"teacher\.sampling\.logit_bias\.5: 1e\+300 is "
+                                          r"outside \[-100, 100\]"):
+        load_config(None, {"teacher.sampling.logit_bias": {5: 1e300}})
+    with pytest.raises(ConfigError, match=r"teacher\.sampling\.logit_bias\.-1\.\[key\]: "
+                                          r"Input should be greater than or equal to 0"):
+        load_config(None, {"teacher.sampling.logit_bias": {-1: 5.0}})
+
+
+def test_non_finite_values_keep_the_finite_number_message():
+    with pytest.raises(ConfigError, match="teacher.openai.timeout_s: inf is not a finite"):
+        load_config(None, {**OPENAI, "teacher.openai.timeout_s": float("inf")})
+    with pytest.raises(ConfigError, match="teacher.vllm.num_gpus: inf is not a finite"):
+        load_config(None, {**VLLM, "teacher.vllm.num_gpus": float("inf")})
+
+
+def test_the_bounds_themselves_load():
+    config = load_config(None, {
+        **OPENAI, "teacher.openai.timeout_s": 0.001, "teacher.openai.backoff_max_s": 604800,
+        "teacher.openai.max_retries": 1000, "teacher.openai.usd_per_million_input_tokens": 1e6,
+        "teacher.sampling.logit_bias": {0: -100, 7: 100.0}, "worker_start_timeout_s": 0.001,
+        "envs": [{"name": "sql", "weight": 2.2250738585072014e-308}, {"name": "fs"}]})
+    assert config.teacher.openai.backoff_max_s == 604800
+    for gpus, cpus in [(0, 0), (0.0001, 0.5), (2, 1.5), (1e14, 1e14)]:
+        vllm = load_config(None, {**VLLM, "teacher.vllm.num_gpus": gpus,
+                                  "teacher.vllm.num_cpus": cpus}).teacher.vllm
+        assert (vllm.num_gpus, vllm.num_cpus) == (gpus, cpus)
+
+
+def test_ray_rules_are_rays_own():
+    from ray._private import ray_constants
+
+    from datagen.teachers.config import RAY_MAX_RESOURCE, RAY_RESOURCE_UNIT
+
+    assert RAY_RESOURCE_UNIT == ray_constants.MIN_RESOURCE_GRANULARITY
+    assert RAY_MAX_RESOURCE == ray_constants.MAX_RESOURCE_QUANTITY
+
+
+@pytest.mark.parametrize("setting", ["teacher.openai.backoff_base_s=1e300",
+                                     "teacher.vllm.num_cpus=1e300"])
+def test_cli_says_it_in_one_line_before_ray(tmp_path, capsys, monkeypatch, setting):
+    import datagen.pipeline.driver
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("reached Ray: the error was not caught before the run")
+
+    monkeypatch.setattr(datagen.pipeline.driver, "init_ray", refuse)
+    section = setting.split(".")[1]
+    backend = [f"teacher.backend={section}", f"teacher.{section}.model=m"]
+    if section == "openai":
+        backend.append("teacher.openai.base_url=http://127.0.0.1:9/v1")
+    sets = [arg for value in [*backend, setting] for arg in ("--set", value)]
+    rc = main(["generate", "--config", "configs/demo.yaml", "--out", str(tmp_path / "out"),
+               *sets])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith("datagen: ") and setting.split("=")[0] + ":" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_real_cli_process_exits_2_in_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "datagen", "generate", "--config", "configs/demo.yaml", "--out",
+         str(tmp_path / "out"), "--set", "teacher.sampling.logit_bias={5: 1e300}",
+         "--address", "127.0.0.1:9"],  # had it passed: no Ray there, so nothing would run
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == ("datagen: invalid config (configs/demo.yaml): teacher.sampling."
+                                   "logit_bias.5: 1e+300 is outside [-100, 100] (the OpenAI "
+                                   "API's range)")
+    assert not (tmp_path / "out").exists()
