@@ -9,7 +9,8 @@ once seen; a spec edited in place must be passed as a new dict.
 
 A schema whose checks can multiply (its `$ref`s loop, or written out as a tree it would be
 huge) is compiled with counted checks: one validation may run at most a budget of them
-(`check_budget.py`).
+(`check_budget.py`). One whose subschemas apply each other to the same value in a loop
+(`node_graph.in_place_cycle`) is not compiled: no check could finish, so it is an error.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from mutators.keyword_checks import (Check, Err, json_check, key_errors, number_
                                      pattern_miss, string_check, under, unique_check,
                                      unknown_key_detail, value_check)
 from mutators.late_memo import LateBoundMemo
-from mutators.node_graph import unfolded_size
+from mutators.node_graph import in_place_cycle, unfolded_size
 from mutators.safe_regex import UNDECIDED
-from mutators.schema import Node, normalise
+from mutators.schema import Node, NormalisedSchema, loop_error, normalise
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
@@ -338,8 +339,8 @@ class CompiledSchema:
 
 def _build(parameters: Any) -> CompiledSchema:
     normalised = normalise(parameters)
-    if normalised.error is not None:
-        error = normalised.error
+    error = normalised.error or _in_place_loop(normalised)
+    if error is not None:
         return CompiledSchema(normalised.root, lambda value: [Err("malformed", error)],
                               normalised.warnings, Compiler(), error=error)
     size = unfolded_size(normalised.root, UNFOLDED_LIMIT + 1)
@@ -347,6 +348,18 @@ def _build(parameters: Any) -> CompiledSchema:
     check = compiler.check(normalised.root)
     return CompiledSchema(normalised.root, with_budget(check) if compiler.budgeted else check,
                           normalised.warnings, compiler, normalised.time_budgeted)
+
+
+def _in_place_loop(normalised: NormalisedSchema) -> str | None:
+    """Why the schema cannot be checked when its subschemas apply each other to the same
+    value in a loop (named by the `$ref`s in it), or None. One pass over the graph: ~17 ms
+    of the 150-360 ms that compiling 5,000 properties takes (0.1 ms of a 24-level ladder)."""
+    cycle = in_place_cycle(normalised.root)
+    if cycle is None:
+        return None
+    names = [normalised.ref_names[id(node)] for node in cycle[:-1]
+             if id(node) in normalised.ref_names]
+    return loop_error(names + names[:1])
 
 
 def _fingerprint(parameters: Any) -> bytes | None:

@@ -9,6 +9,8 @@ deep schema cannot overflow the stack).
   loops cut the same way whichever node a question starts from.
 - `unfolded_size`: how many nodes the graph has when every path is followed, or None when it
   loops; a compiled validator counts its work when this is large (`compile.py`).
+- `in_place_cycle`: a loop of subschemas that apply each other to the same value (allOf,
+  anyOf, not, if... through `$ref`s), which no check can finish: the tool is refused.
 """
 
 from __future__ import annotations
@@ -123,3 +125,49 @@ def unfolded_size(root: Node, cap: int) -> int | None:
         active.discard(id(node))
         done[id(node)] = min(cap, 1 + sum(done[id(sub)] for sub in subs))
     return done[id(root)]
+
+
+def in_place(node: Node) -> list[Node]:
+    """The subschemas `node` applies to the value itself, not to a property or item of it."""
+    found = [*node.all_of, *node.any_of, *(sub for _, sub in node.dependent_schemas)]
+    found += [sub for sub in (node.not_, node.if_, node.then, node.else_) if sub is not None]
+    return found
+
+
+def in_place_cycle(root: Node) -> list[Node] | None:
+    """A loop of in-place edges among the nodes reachable from `root`, as [a, b, ..., a], or
+    None. A loop that enters a property or item is not one: each turn reads a smaller part of
+    the value. One depth-first search over the in-place edges, started from every node
+    (reached through any edge) that no earlier search finished: each node and edge once."""
+    finished: set[int] = set()
+    seen, everything = {id(root)}, [root]
+    for node in everything:  # grows while it is walked: every reachable node once
+        for sub in subschemas(node):
+            if id(sub) not in seen:
+                seen.add(id(sub))
+                everything.append(sub)
+        if id(node) not in finished and (cycle := _cycle_from(node, finished)) is not None:
+            return cycle
+    return None
+
+
+def _cycle_from(start: Node, finished: set[int]) -> list[Node] | None:
+    """An in-place loop met by a depth-first search from `start` (not through `finished`
+    nodes, which lead to none), or None; the nodes it leaves are added to `finished`."""
+    path, position = [start], {id(start): 0}  # the search's current path, node -> index
+    pending = [iter(in_place(start))]
+    while path:
+        for sub in pending[-1]:
+            if id(sub) in position:
+                return path[position[id(sub)]:] + [sub]
+            if id(sub) not in finished:
+                position[id(sub)] = len(path)
+                path.append(sub)
+                pending.append(iter(in_place(sub)))
+                break
+        else:
+            done = path.pop()
+            pending.pop()
+            del position[id(done)]
+            finished.add(id(done))
+    return None

@@ -14,6 +14,12 @@ levels)`). Compiling a level takes two to three times the Python stack that chec
 level does, and values are checked to about 300 levels (Python's recursion limit; deeper:
 "value nested too deeply"), so 100 keeps every readable schema compilable and its values
 checkable. Real tool schemas nest fewer than 10 levels.
+
+Subschemas that apply each other to the same value in a loop can never be checked (JSON
+Schema leaves it undefined; a validator recurses until the stack runs out), so the tool is
+refused with `loop_error`, naming the loop by its `$ref`s: `$ref`s that lead back to
+themselves without reaching a schema are found here, loops through allOf/anyOf/not/if in the
+`Node` graph (`node_graph.in_place_cycle`, called by `compile.py`).
 """
 
 from __future__ import annotations
@@ -114,6 +120,23 @@ class _TooDeep(Exception):
     """The schema nests deeper than MAX_SCHEMA_DEPTH (caught in `normalise`)."""
 
 
+class _RefLoop(Exception):
+    """`$ref`s lead back to themselves without reaching a schema (caught in `normalise`)."""
+
+
+def loop_error(refs: list[str]) -> str:
+    """The tool error for subschemas that apply each other to the same value in a loop:
+    `refs` names it ([a, b, a]); empty when no `$ref` is in it (a dict that contains
+    itself)."""
+    names = [ref if len(ref) <= 60 else ref[:57] + "..." for ref in refs]
+    if len(names) > 8:
+        names = [*names[:4], f"... ({len(refs) - 1} refs)", *names[-2:]]
+    shown = " -> ".join(names) if names else "a subschema applies itself"
+    return (f"schema loops on the same value: {shown} (through $ref/allOf/anyOf/oneOf/not/if/"
+            "dependentSchemas without entering a property or item, so checking a value can "
+            "recurse forever)")
+
+
 def _count(value: Any) -> int | None:
     """A non-negative count (minLength, maxItems...); None when absent or not a finite number
     (`"inf"` would overflow `int()`). Ints of any size stay exact; messages abbreviate them."""
@@ -132,7 +155,8 @@ class _Normaliser:
         self.keepalive: list[Any] = [root]  # ids in `memo` must not be reused by temporaries
         self.warnings: list[str] = []
         self.time_budgeted = False  # a pattern runs on the time-budgeted fallback engine
-        self.resolving: list[int] = []
+        self.resolving: list[tuple[int, str]] = []  # ($ref target's id, the $ref) being read
+        self.ref_names: dict[int, str] = {}  # node id -> the first $ref to it (to name a loop)
         self.depth = 0  # subschemas being read, one inside the other
 
     def warn(self, where: str, message: str) -> None:
@@ -179,17 +203,20 @@ class _Normaliser:
         return union_of(fragments) if fragments else {}
 
     def ref_node(self, raw: dict[str, Any], where: str) -> Node:
-        target = self.resolve(raw["$ref"])
-        if target is None or (id(target) in self.resolving and id(target) not in self.memo):
-            # unresolvable, or a loop of $refs that never reaches a schema
-            self.warn(where, f"cannot resolve $ref {render(raw['$ref'])}; accepting any value")
+        ref = raw["$ref"]
+        target = self.resolve(ref)
+        if target is None:
+            self.warn(where, f"cannot resolve $ref {render(ref)}; accepting any value")
             target = {}
             self.keepalive.append(target)
-        self.resolving.append(id(target))
+        elif id(target) not in self.memo:  # a schema being read is memoised, a $ref is not
+            self.check_ref_loop(id(target), ref)
+        self.resolving.append((id(target), ref))
         try:
             target_node = self.node(target, f"{where}.$ref")  # memo: recursion ends here
         finally:
             self.resolving.pop()
+        self.ref_names.setdefault(id(target_node), ref)
         nullable = raw.get("nullable") is True or raw.get("x-nullable") is True
         siblings = {k: v for k, v in raw.items()
                     if k not in ("$ref", "nullable", "x-nullable") and k not in _ANNOTATIONS}
@@ -201,6 +228,13 @@ class _Normaliser:
         if nullable:
             node = Node(any_of=(node, Node(types=("null",))))
         return node
+
+    def check_ref_loop(self, target: int, ref: str) -> None:
+        """Raise `_RefLoop` when the `$ref` being read is already being resolved: `$ref`s
+        back to it without a schema in between."""
+        for index, (resolving, _) in enumerate(self.resolving):
+            if resolving == target:
+                raise _RefLoop(loop_error([name for _, name in self.resolving[index:]] + [ref]))
 
     def resolve(self, ref: Any) -> Any:
         """A local `$ref` (`#`, `#/$defs/X`, `#/definitions/X`, any JSON pointer); a bare or
@@ -459,6 +493,7 @@ class NormalisedSchema:
     warnings: tuple[str, ...]
     time_budgeted: bool = False  # some pattern needs `safe_regex.new_call()` per validation
     error: str | None = None     # why the schema cannot be used at all (then `root` is empty)
+    ref_names: dict[int, str] = field(default_factory=dict)  # see _Normaliser.ref_names
 
 
 def normalise(parameters: Any, where: str = "parameters") -> NormalisedSchema:
@@ -472,4 +507,7 @@ def normalise(parameters: Any, where: str = "parameters") -> NormalisedSchema:
     except _TooDeep:
         return NormalisedSchema(Node(), tuple(normaliser.warnings),
                                 error=f"schema nested too deeply (over {MAX_SCHEMA_DEPTH} levels)")
-    return NormalisedSchema(root, tuple(normaliser.warnings), normaliser.time_budgeted)
+    except _RefLoop as loop:
+        return NormalisedSchema(Node(), tuple(normaliser.warnings), error=str(loop))
+    return NormalisedSchema(root, tuple(normaliser.warnings), normaliser.time_budgeted,
+                            ref_names=normaliser.ref_names)

@@ -66,6 +66,7 @@ def test_recursive_refs_keep_their_answers_whichever_node_is_asked_first():
     assert validate({"name": "f", "arguments": deep}, tree) == [
         "arguments.children[0].children[0].value: expected integer, got string"]
     # a loop through anyOf: A -> B -> A; each node's answer does not depend on the entry
+    # (such a tool is refused when loaded, test_schema_loops.py, but its graph stays readable)
     loop = {"A": {"properties": {"a": {}}, "anyOf": [{"type": "string"}, {"$ref": "#/$defs/B"}]},
             "B": {"properties": {"b": {}}, "allOf": [{"$ref": "#/$defs/A"}]}}
     answers = []

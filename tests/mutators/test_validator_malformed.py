@@ -61,9 +61,13 @@ def test_arguments_as_json_string_need_coercion():
     assert coerce_call("garbage") == "garbage"
 
 
-def test_self_referencing_ref_loop_accepts_and_does_not_hang():
+def test_self_referencing_ref_loop_is_a_tool_error_and_does_not_hang():
+    # a $ref that leads back to itself never reaches a schema: the tool is unusable (it was
+    # read as an unresolvable $ref that accepts anything; tests/mutators/test_schema_loops.py)
     tool = BAD_TOOLS[12]
-    assert validate({"name": "t", "arguments": {"anything": 1}}, tool) == []
+    [error] = validate({"name": "t", "arguments": {"anything": 1}}, tool)
+    assert error.startswith("tool.parameters: schema loops on the same value: "
+                            "#/$defs/A -> #/$defs/A (")
 
 
 def test_deeply_nested_values_do_not_crash():
