@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 
 from trainer import batching
 from trainer.contract import TOKEN_COLUMNS, TOKENIZER_COLUMN, TOPK_COLUMNS, TRAJECTORY_COLUMNS
+from trainer.data_checks import check_column_types, check_shard_types
 from trainer.documents import DocumentRows, ReadSettings, document_table
 from trainer.readers.consistency import (ConsistencyMode, filter_counts, kept_only,
                                          kept_trajectories, log_counts)
@@ -111,7 +112,7 @@ def inspect_shards(root: str | Path) -> ShardLayout:
     # every local shard (a footer each, ~0.1 ms); of an object store the first only
     schemas = [pq.read_schema(f) for f in (files[:1] if is_uri(root) else files)]
     for file, schema in zip(files, schemas):
-        check_column_types(file, schema)
+        check_column_types(file, schema, "trajectories")
     names = set.intersection(*(set(schema.names) for schema in schemas))
     recorded: dict[str, str] = {}  # tokenizer -> the first shard that records it
     for file, schema in zip(files, schemas):
@@ -122,36 +123,6 @@ def inspect_shards(root: str | Path) -> ShardLayout:
                     recorded.setdefault(value, file)
     return ShardLayout(files, negatives, all(c in names for c in TOKEN_COLUMNS),
                        all(c in names for c in TOPK_COLUMNS), recorded, repairs)
-
-
-def _is_text(type_: pa.DataType) -> bool:
-    return pa.types.is_string(type_) or pa.types.is_large_string(type_)
-
-
-CONTRACT_TYPES = {"id": _is_text, "text": _is_text, "spans": pa.types.is_list,
-                  "success": pa.types.is_boolean, "n_steps": pa.types.is_integer,
-                  "input_ids": pa.types.is_list, "span_ids": pa.types.is_list}
-SPAN_FIELD_TYPES = {"kind": _is_text, "start": pa.types.is_integer,
-                    "end": pa.types.is_integer}
-
-
-def check_column_types(file: str, schema: pa.Schema) -> None:
-    """The contract's columns present with their types (`success` stored as text would train
-    every failure as a success: bool("false") is True)."""
-    missing = [c for c in TRAJECTORY_COLUMNS if c not in schema.names]
-    if missing:
-        raise ValueError(f"{file} lacks required columns {missing}")
-    wrong = [f"{name}: {schema.field(name).type}" for name, is_type in CONTRACT_TYPES.items()
-             if name in schema.names and not is_type(schema.field(name).type)]
-    spans = schema.field("spans").type
-    if not wrong and pa.types.is_struct(spans.value_type):
-        fields = {f.name: f.type for f in spans.value_type}
-        wrong = [f"spans.{name}: {fields.get(name)}" for name, is_type in
-                 SPAN_FIELD_TYPES.items() if name not in fields or not is_type(fields[name])]
-    elif not wrong:
-        wrong = [f"spans: {spans}"]
-    if wrong:
-        raise ValueError(f"{file}: columns of another type than the data contract's: {wrong}")
 
 
 def same_tokenizer(recorded: str, ours: str) -> bool:
@@ -202,6 +173,20 @@ def training_batches(table: pa.Table, settings: DataSettings) -> pa.Table:
                             settings.mch_rows if settings.use_mch else 0, settings.seed)
 
 
+def check_read_types(layout: ShardLayout, settings: DataSettings) -> None:
+    """The contract's column types (trainer.data_checks.CONTRACTS) in every local shard of
+    what the run reads beyond the trajectories' own columns (inspect_shards checks those):
+    the repairs (`data.tables`), the preference pairs (MCH negatives, `safety` documents),
+    the top-k columns (`loss.teacher: topk`). Before any work: another type was a TypeError
+    in a Ray Data worker, minutes in, naming neither shard nor column."""
+    reads_pairs = (settings.use_mch and settings.mch_rows > 0) or "safety" in settings.tables
+    read = {"trajectories": layout.trajectory_files if settings.read_topk else [],
+            "repairs": [f for _, f in layout.repair_pairs] if "repairs" in settings.tables else [],
+            "preferences": [f for _, f in layout.negative_pairs] if reads_pairs else []}
+    for table, files in read.items():
+        check_shard_types(files, table, with_topk=settings.read_topk)
+
+
 def _check_tables(layout: ShardLayout, settings: DataSettings) -> None:
     if "repairs" in settings.tables and not layout.repair_pairs:
         raise ValueError(f"data.tables names 'repairs' but {settings.shards} has no repairs/ "
@@ -226,6 +211,7 @@ def build_dataset(settings: DataSettings) -> tuple[Any, dict[str, Any]]:
     import ray
 
     layout = inspect_shards(settings.shards)
+    check_read_types(layout, settings)
     check_shard_tokenizer(layout, settings)
     _check_tables(layout, settings)
     columns = list(TRAJECTORY_COLUMNS) + (list(TOKEN_COLUMNS) if layout.has_tokens else []) + \

@@ -1,19 +1,26 @@
-"""Row checks of the data contract, per batch and vectorised (pyarrow/NumPy, no per-row
-Python): a row that breaks the contract becomes a `DataError` naming its shard, row id,
-column and what is wrong, instead of a KeyError/TypeError deep in a reader or, worse, a row
-that trains PROMPT tokens as REASON. A rerun cannot fix a DataError; the data must change
-(or the row be dropped from the OUT).
+"""Checks of the data contract. Row checks, per batch and vectorised (pyarrow/NumPy, no
+per-row Python): a row that breaks the contract becomes a `DataError` naming its shard, row
+id, column and what is wrong, instead of a KeyError/TypeError deep in a reader or, worse, a
+row that trains PROMPT tokens as REASON. A rerun cannot fix a DataError; the data must
+change (or the row be dropped from the OUT). Column types, per table (`CONTRACTS`), from
+each shard's footer on the driver before any work (a ValueError: `cannot train`).
 
 This module imports neither torch nor Ray (Ray Data workers import it).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from trainer.contract import SPAN_KINDS
+from trainer.contract import (PREFERENCE_COLUMNS, REPAIR_KEY, SPAN_KINDS, TOKENIZER_COLUMN,
+                              TRAJECTORY_COLUMNS)
+from trainer.shard_files import is_uri
 
 
 class DataError(ValueError):
@@ -107,3 +114,93 @@ def check_token_lists(table: pa.Table, vocab_size: int, path: str | None = None)
         if element is not None:
             row = int(np.searchsorted(np.cumsum(lengths), element, side="right"))
             raise row_error(table, row, name, f"holds {values[element]}, outside [0, {high})", path)
+
+
+# -- column types per table, from a shard's footer (before any work) -------------------------
+
+@dataclass(frozen=True)
+class ColumnType:
+    """A contract column's type: its name in messages, and the test of an Arrow type."""
+
+    name: str
+    accepts: Callable[[pa.DataType], bool]
+
+
+def _is_text(type_: pa.DataType) -> bool:
+    return pa.types.is_string(type_) or pa.types.is_large_string(type_)
+
+
+def list_of(item: ColumnType) -> ColumnType:
+    return ColumnType(f"list<{item.name}>", lambda type_: (
+        pa.types.is_list(type_) or pa.types.is_large_list(type_))
+        and item.accepts(type_.value_type))
+
+
+def struct_with(**fields: ColumnType) -> ColumnType:
+    """A struct with at least `fields` (others are free: a span's `step`)."""
+    def accepts(type_: pa.DataType) -> bool:
+        return pa.types.is_struct(type_) and all(
+            type_.get_field_index(name) >= 0 and field.accepts(type_.field(name).type)
+            for name, field in fields.items())
+    return ColumnType("struct<" + ", ".join(f"{n}: {f.name}" for n, f in fields.items()) + ">",
+                      accepts)
+
+
+TEXT = ColumnType("string", _is_text)
+INTEGER = ColumnType("integer", pa.types.is_integer)
+BOOLEAN = ColumnType("bool", pa.types.is_boolean)
+FLOAT = ColumnType("float", pa.types.is_floating)
+
+# The type of every column a reader reads, checked where the column is present (DOCUMENT:
+# the trajectory-shaped tables, trajectories and repairs). Another type failed deep in a Ray
+# Data worker (a TypeError, "Schema at index 1 was different") or, worse, trained on wrong
+# values: `success` as text trains every failure as a success (bool("false") is True).
+DOCUMENT_TYPES = {"id": TEXT, "text": TEXT, "success": BOOLEAN, "n_steps": INTEGER,
+                  "spans": list_of(struct_with(kind=TEXT, start=INTEGER, end=INTEGER)),
+                  "input_ids": list_of(INTEGER), "span_ids": list_of(INTEGER)}
+TOPK_TYPES = {"teacher_topk_ids": list_of(list_of(INTEGER)),  # read with loss.teacher: topk
+              "teacher_topk_logprobs": list_of(list_of(FLOAT))}
+# Both layouts: a compact pair stores its prompt as a reference into its conversation (the
+# first prompt_chars characters of its text, prompt_messages of its messages).
+PREFERENCE_TYPES = {"id": TEXT, "trajectory_id": TEXT, "step": INTEGER, "source": TEXT,
+                    "kind": TEXT, "prompt_text": TEXT, "chosen_text": TEXT,
+                    "rejected_text": TEXT, "prompt_chars": INTEGER, "prompt_messages": INTEGER}
+
+
+@dataclass(frozen=True)
+class TableContract:
+    required: tuple[str, ...]          # columns every shard of the table has
+    types: dict[str, ColumnType]       # the type of each column read, where present
+
+
+CONTRACTS = {
+    "trajectories": TableContract(TRAJECTORY_COLUMNS, {**DOCUMENT_TYPES, TOKENIZER_COLUMN: TEXT}),
+    "repairs": TableContract(TRAJECTORY_COLUMNS + (REPAIR_KEY,),
+                             {**DOCUMENT_TYPES, REPAIR_KEY: TEXT}),
+    "preferences": TableContract(PREFERENCE_COLUMNS, PREFERENCE_TYPES),
+}
+
+
+def check_column_types(file: str, schema: pa.Schema, table: str = "trajectories",
+                       with_topk: bool = False) -> None:
+    """A ValueError naming `file` and the required columns it lacks, or each column of
+    another type than `table`'s contract (`CONTRACTS`; the top-k columns too `with_topk`),
+    with its type and the contract's."""
+    contract = CONTRACTS[table]
+    missing = [c for c in contract.required if c not in schema.names]
+    if missing:
+        raise ValueError(f"{file} lacks required columns {missing}")
+    types = {**contract.types, **(TOPK_TYPES if with_topk else {})}
+    wrong = [f"{name} is {schema.field(name).type}, not {expected.name}"
+             for name, expected in types.items()
+             if name in schema.names and not expected.accepts(schema.field(name).type)]
+    if wrong:
+        raise ValueError(f"{file}: columns of another type than the data contract's: "
+                         + "; ".join(wrong))
+
+
+def check_shard_types(files: list[str], table: str, with_topk: bool = False) -> None:
+    """`check_column_types` of every shard of a local OUT (a footer each, ~0.1 ms); of an
+    object store the first only (a request per shard; the rest are left to the read)."""
+    for file in files[:1] if files and is_uri(files[0]) else files:
+        check_column_types(file, pq.read_schema(file), table, with_topk)

@@ -45,3 +45,36 @@ def test_a_bad_row_fails_the_fit_with_one_line_naming_it(pipeline_out, trainer_t
                            f"row id={row_id!r} (row 0): column 'spans' has a span of unknown "
                            f"kind 'BOGUS'"), last
     assert "rerun" not in last
+
+
+def test_a_repairs_column_of_another_type_is_refused_before_training(pipeline_out,
+                                                                     trainer_tokenizer,
+                                                                     tmp_path, capsys):
+    """A repairs shard whose spans hold `start` as text (another struct than the contract's)
+    trained silently here (exit 0: NumPy read the texts as numbers), and failed minutes in,
+    in a Ray Data worker, where a pool mixed its rows with another chunk's ("ArrowInvalid:
+    Schema at index 1 was different", advising a rerun); now the footer check stops it
+    before any work: one line naming the shard, the column, its type and the contract's."""
+    out = tmp_path / "out"
+    shutil.copytree(pipeline_out, out)
+    for table in ("preferences", "consistency"):
+        shutil.rmtree(out / table, ignore_errors=True)
+    shard = out / "repairs" / "part-000001.parquet"
+    table = pq.read_table(shard)
+    span_type = table.schema.field("spans").type.value_type
+    text_start = pa.list_(pa.struct([field.with_type(pa.string()) if field.name == "start"
+                                     else field for field in span_type]))
+    spans = [[dict(span, start=str(span["start"])) for span in row]
+             for row in table.column("spans").to_pylist()]
+    pq.write_table(table.set_column(table.column_names.index("spans"), "spans",
+                                    pa.array(spans, text_start)), shard)
+    code = main(["fit", "--config", str(ROOT / "configs" / "train_tiny.yaml"),
+                 "--set", f"shards={out}", "--set", f"tokenizer={trainer_tokenizer}",
+                 "--set", f"run_dir={tmp_path / 'run'}", "--set", "run.max_steps=2",
+                 "--set", "run.progress=false", "--set", "data.tables=[trajectories, repairs]"])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2
+    assert last == (f"cannot train: {shard}: columns of another type than the data contract's: "
+                    f"spans is list<element: struct<kind: string, start: string, end: int32, "
+                    f"step: int16>>, not list<struct<kind: string, start: integer, end: "
+                    f"integer>>"), last

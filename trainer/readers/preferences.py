@@ -24,13 +24,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from trainer.data_checks import check_not_null
+from trainer.data_checks import check_not_null, check_shard_types
 from trainer import pair_batches, pair_weights, tokens
 from trainer.contract import PREFERENCE_COLUMNS, TOOL_CALL_OPEN, chat_spans
 from trainer.documents import DocumentRows, ReadSettings, paired_rows
 from trainer.pair_weights import KindWeights
-from trainer.readers.compact_prompts import (COMPACT_MARKER, is_compact, join_stage,
-                                             with_prompt_text)
+from trainer.readers.compact_prompts import (COMPACT_MARKER, CONVERSATION_TABLES, is_compact,
+                                             join_stage, with_prompt_text)
 from trainer.readers.consistency import (ConsistencyMode, filter_counts, kept_only, kept_pairs,
                                          log_counts)
 from trainer.shard_files import check_footers, exists, is_uri, join, part_files
@@ -211,17 +211,21 @@ def training_pair_batches(table: pa.Table, settings: PairSettings) -> pa.Table:
 
 
 def preference_files(shards: str | Path) -> list[str]:
-    """The preference shards, checked for the contract's columns (fail before any work)."""
+    """The preference shards, checked for the contract's columns and their types (every
+    local shard's footer; trainer.data_checks.CONTRACTS) before any work; in the compact
+    layout the conversations the pairs' prompts are cut from (trajectories/, repairs/) too."""
     root = str(shards).rstrip("/") if is_uri(shards) else Path(shards)
     files = part_files(root, "preferences")
     if not files:
         raise FileNotFoundError(f"no preference shards under {root}/preferences (generate "
                                 f"with negatives.enabled or critics.enabled)")
     check_footers(files, root)
-    names = pq.read_schema(files[0]).names
-    missing = [c for c in PREFERENCE_COLUMNS if c not in names]
-    if missing:
-        raise ValueError(f"{files[0]} lacks required columns {missing}")
+    check_shard_types(files, "preferences")
+    if is_compact(files[0]):
+        for table in CONVERSATION_TABLES:
+            conversations = part_files(root, table)
+            check_footers(conversations, root)
+            check_shard_types(conversations, table)
     return files
 
 
