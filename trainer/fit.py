@@ -147,19 +147,21 @@ def job_env_vars() -> dict[str, str]:
 
 def init_ray(address: str | None) -> bool:
     """Join `address` / $RAY_ADDRESS, or start a local Ray with the dashboard on (Ray Train's
-    placement-group cleanup relies on the State API it serves). True if this call started a
-    Ray (without an address, ray.init joins a `ray start` head of this host if there is one)."""
+    placement-group cleanup relies on the State API it serves). True if this process started
+    the Ray it is connected to, in this call or before (`trainer loop` starts one for all its
+    fits): nothing else scales or joins it, so workers it cannot hold are refused at once
+    (trainer.placement). Without an address, ray.init joins a `ray start` head of this host
+    if there is one: not started here."""
     import ray
 
     from datagen.pipeline.cluster import check_address
 
-    if ray.is_initialized():
-        return False
-    address = address or os.environ.get("RAY_ADDRESS")
-    check_address(address)  # bounded: ray.init alone retried a silent address for minutes
-    runtime_env = {"env_vars": job_env_vars()}
-    ray.init(address=address, include_dashboard=None if address else True,
-             logging_level=logging.WARNING, runtime_env=runtime_env)
+    if not ray.is_initialized():
+        address = address or os.environ.get("RAY_ADDRESS")
+        check_address(address)  # bounded: ray.init alone retried a silent address for minutes
+        runtime_env = {"env_vars": job_env_vars()}
+        ray.init(address=address, include_dashboard=None if address else True,
+                 logging_level=logging.WARNING, runtime_env=runtime_env)
     return bool(getattr(getattr(ray._private.worker, "_global_node", None), "head", False))
 
 

@@ -115,3 +115,35 @@ def test_ppo_rollout_actors_the_cluster_cannot_place_end_the_fit_instead_of_wait
     assert time.monotonic() - started < 20
     check_rollout_actors(cfg.model_copy(update={"ppo": cfg.ppo.model_copy(
         update={"rollout_cpus": 1.0})}), started_here=True)  # 1 + 1 of 2 CPUs: fits
+
+
+def test_a_ray_this_process_started_earlier_counts_as_started_here(tmp_path):
+    """`trainer loop` starts one Ray for all its fits, and each fit calls init_ray again: that
+    Ray is still ours, so workers it can never hold are refused at once (before, every fit of
+    the loop saw "not started here" and waited out scaling.worker_start_timeout_s)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import ray, time\n"
+        "ray.init(address='local', num_cpus=1, include_dashboard=False, logging_level='ERROR')\n"
+        "from trainer.fit import init_ray\n"
+        "from trainer.config import ScalingConfig\n"
+        "from trainer.placement import place_workers\n"
+        "from datagen.pipeline.cluster import ClusterError\n"
+        "assert init_ray(None) is True\n"
+        "started = time.monotonic()\n"
+        "try:\n"
+        "    place_workers(ScalingConfig(cpus_per_worker=4, worker_start_timeout_s=600),\n"
+        "                  init_ray(None))\n"
+        "except ClusterError as exc:\n"
+        "    print(round(time.monotonic() - started), exc)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, timeout=120,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    seconds, message = result.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert int(seconds) < 5
+    assert message.startswith("the cluster can never place the workers: scaling.num_workers=1 "
+                              "x scaling.cpus_per_worker=4 asks for CPU 4 in all; the cluster "
+                              "has CPU 1"), message
