@@ -21,7 +21,8 @@ from datagen.config_files import parse_override  # noqa: F401  (the CLI's and te
 from datagen.credentials import redact_credentials
 from datagen.envs import DEFAULT_ENVS, available_envs, import_modules, resolve_env
 # backend sections live with the teachers, and the bounds they share with this config
-from datagen.teachers.config import MIN_SECONDS, TeacherConfig, ray_amount_problem, within
+from datagen.teachers.config import (MIN_SECONDS, RayAmount, TeacherConfig, ray_amount_problem,
+                                     within)
 
 
 # Bounds that keep a typo from becoming a run that cannot end or a plan that cannot fit:
@@ -30,6 +31,11 @@ from datagen.teachers.config import MIN_SECONDS, TeacherConfig, ray_amount_probl
 MAX_TRAJECTORIES = 10_000_000_000
 MAX_CHUNKS = 1_000_000
 MAX_SEED = 2**63 - 1  # seeds travel as int64 (Parquet `task_seed`, orjson)
+# Workers and chunks queued per worker: a run has at most MAX_CHUNKS chunks, and the driver
+# starts no more workers than chunks nor queues more than there are.
+ChunkCount = Annotated[int, Field(le=MAX_CHUNKS)]
+MAX_ENV_CHECKS = 10_000  # a call yields tens of candidates; each check replays the environment
+MAX_SAFETY_CASES = 1_000  # drawn without repeats from the dozen or so an environment offers
 # Env weights are drawn in proportion; a subnormal float has too few bits for that (two of
 # 5e-324 split 24/76, not 50/50), so the smallest weight is the smallest normal float.
 EnvWeight = Annotated[float, within(sys.float_info.min, sys.float_info.max,
@@ -111,7 +117,8 @@ class NegativesConfig(StrictModel):
         "logical_error (the default), wrong_function, missing_required"))
     execute: bool = Field(True, description="verify each logical error in the environment "
                           "(it must change the outcome); off = faster, unverified")
-    max_env_checks: int = Field(12, ge=1, description="candidate executions per call")
+    max_env_checks: int = Field(12, ge=1, le=MAX_ENV_CHECKS, description="candidate "
+                                "executions per call (at most 10,000)")
 
     @model_validator(mode="before")
     @classmethod
@@ -152,8 +159,9 @@ class CriticsConfig(StrictModel):
     repair_failed: bool = Field(True, description="also repair failed rollouts")
     safety_rate: float = Field(0.25, ge=0, le=1, description="share of successful trajectories "
                                "whose world is used for safety pairs")
-    safety_per_trajectory: int = Field(2, ge=1, description="safety cases drawn per chosen "
-                                       "trajectory (dangerous and benign look-alikes mixed)")
+    safety_per_trajectory: int = Field(2, ge=1, le=MAX_SAFETY_CASES, description="safety "
+                                       "cases drawn per chosen trajectory (dangerous and benign "
+                                       "look-alikes mixed; at most 1,000)")
     safety_contrast: bool = Field(True, description="a benign look-alike also yields the pair "
                                   "call > the careful refusal that dangerous pairs choose "
                                   "(kind benign_contrast_<tool>), so refusing is learnt per "
@@ -265,8 +273,10 @@ class GenerateConfig(StrictModel):
     consistency: ConsistencyConfig = Field(default_factory=ConsistencyConfig)
     tokenizer: str | None = Field(None, description="local Hugging Face tokenizer directory; "
                                   "when set, rows get input_ids and per-token span_ids")
-    num_workers: int = Field(0, ge=0, description="chunk workers (run-only); 0 = one per CPU")
-    max_in_flight: int = Field(2, ge=1, description="chunks queued per worker (run-only)")
+    num_workers: ChunkCount = Field(0, ge=0, description="chunk workers (run-only); 0 = one "
+                                    "per CPU (at most 10^6)")
+    max_in_flight: ChunkCount = Field(2, ge=1, description="chunks queued per worker (run-only; "
+                                      "at most 10^6)")
     overwrite: bool = Field(False, description="replace an output directory written with a "
                             "different config (run-only)")
     progress: bool = Field(True, description="show a progress bar (run-only)")
@@ -283,7 +293,7 @@ class GenerateConfig(StrictModel):
         "fails (in the summary) instead of being re-queued")
     max_worker_restarts: int = Field(
         3, ge=0, le=100, description="run-only: replacements per worker slot after a worker dies")
-    worker_resources: dict[str, float] = Field(
+    worker_resources: dict[str, RayAmount] = Field(
         default_factory=dict, description="run-only: custom Ray resources each chunk worker "
         "asks for besides 1 CPU, e.g. {datagen: 1} to keep workers on nodes offering it")
 

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from datagen.teachers.config import Temperature
+from datagen.teachers.config import MAX_IN_FLIGHT, Temperature
 
 from datagen.config_files import ConfigError, parse_override, read_yaml, set_dotted, shape_problem
 from trainer.pair_weights import KindWeights, check_kind_weights
@@ -364,6 +364,11 @@ class PPOConfig(StrictModel):
         if self.advantage in ("grpo", "rloo") and self.group_size < 2:
             raise ValueError(f"advantage {self.advantage!r} needs group_size >= 2 (the "
                              f"baseline is the other rollouts of the same task)")
+        # the rollouts play them all at once: datagen's batch and episodes-in-flight bound
+        if (episodes := self.tasks_per_iteration * self.group_size) > MAX_IN_FLIGHT:
+            raise ValueError(f"tasks_per_iteration x group_size = {episodes:,} episodes in "
+                             f"flight per worker, more than {MAX_IN_FLIGHT:,} (each holds an "
+                             f"environment, all in one forward pass)")
         return self
 
 

@@ -9,10 +9,12 @@ another fails before any work starts.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, field_validator,
                       model_validator)
+from pydantic_core import core_schema
 
 from datagen.teachers.registry import SECTIONS, backend_spec
 
@@ -36,16 +38,36 @@ def sane_temperature(value: float) -> float:
     return value
 
 
-Temperature = Annotated[float, AfterValidator(sane_temperature)]
+# Bounds a validator enforces are also written into the JSON schema (`json_schema_extra`, or
+# `Within` below), where tests/datagen/test_config_bounds.py checks every number has a maximum.
+Temperature = Annotated[float, AfterValidator(sane_temperature),
+                        Field(json_schema_extra={"maximum": MAX_TEMPERATURE})]
 
 
-def within(low: float, high: float, unit: str) -> AfterValidator:
-    """A number in [low, high]; inf and nan are left to the configs' finite-number check."""
-    def check(value: float) -> float:
-        if math.isfinite(value) and not low <= value <= high:
-            raise ValueError(f"{value:g} is outside [{low:g}, {high:g}] ({unit})")
+@dataclass(frozen=True)
+class Within:
+    """Annotated metadata: a number in [low, high], checked after its type (inf and nan are
+    left to the configs' finite-number check) and shown in the JSON schema."""
+
+    low: float
+    high: float
+    unit: str
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
+        return {**handler(schema), "minimum": self.low, "maximum": self.high}
+
+    def _check(self, value: float) -> float:
+        if math.isfinite(value) and not self.low <= value <= self.high:
+            raise ValueError(f"{value:g} is outside [{self.low:g}, {self.high:g}] ({self.unit})")
         return value
-    return AfterValidator(check)
+
+
+def within(low: float, high: float, unit: str) -> Within:
+    """A number in [low, high]: `Annotated[float, within(0, 1, "a share")]`."""
+    return Within(low, high, unit)
 
 
 # Timeouts and backoffs: below a millisecond every request times out (timeout_s 1e-300: every
@@ -60,7 +82,11 @@ MAX_RETRIES = 1_000
 # OpenAI's API takes biases in [-100, 100] (-100 bans a token, 100 all but forces it); hf adds
 # the bias to float32 logits, where 1e300 became inf and every turn failed in torch.multinomial.
 LogitBias = Annotated[float, within(-100, 100, "the OpenAI API's range")]
-TokenId = Annotated[int, Field(ge=0)]  # hf indexes the logits with it: -1 is the last token
+# hf indexes the logits with it: -1 is the last token; past 2^24 it is past any vocabulary
+# (the largest are ~256K), though an id between the model's vocabulary and that still fails
+# each hf turn (IndexError) - only the model's tokenizer knows its size.
+MAX_TOKEN_ID = (1 << 24) - 1
+TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
 # USD per million tokens: the priciest list price is $600 (o1-pro output); above 10^6 the cost
 # columns stop being accounting (1e308: each row's cost_usd was inf, written as null).
 MAX_USD_PER_MILLION_TOKENS = 1e6
@@ -72,6 +98,30 @@ Price = Annotated[float, within(0, MAX_USD_PER_MILLION_TOKENS, "USD per million 
 # request is never placed (vllm.num_cpus 1e300 hung the run).
 RAY_RESOURCE_UNIT = 1e-4
 RAY_MAX_RESOURCE = 100e12
+RayAmount = Annotated[float, Field(json_schema_extra={"maximum": RAY_MAX_RESOURCE})]  # the
+# schema's view of ray_amount_problem: its validator keeps Ray's own message
+
+# Upper bounds of the integer settings (the walk in tests/datagen/test_config_bounds.py checks
+# every int has one): far past any real run, low enough that a typo fails at load, naming the
+# field, instead of inside a worker. The types carry no lower bound (pydantic applies only the
+# last of two `ge`s): each field keeps its own.
+# Tokens of a context: 16M is past the longest any model takes (10M). vLLM refuses a
+# max_model_len past its model's only when the engine starts (2^31: every chunk FAILED with
+# pydantic's "For further information visit ..." line, exit 1); below 2^24 it still does.
+MAX_CONTEXT_TOKENS = 1 << 24
+ContextTokens = Annotated[int, Field(le=MAX_CONTEXT_TOKENS)]
+# Requests, episodes or batch rows in flight in one process: each request holds a connection,
+# and one address has 65,535 ports to an endpoint; each episode holds an environment.
+MAX_IN_FLIGHT = 65_536
+InFlight = Annotated[int, Field(le=MAX_IN_FLIGHT)]
+MAX_TURNS = 1_024  # a gold solution is ~10 calls; every turn adds a reply and a tool response,
+# so a thousand outgrow any context
+MAX_ENGINES = 100_000  # engine actors of a run, each a process with its GPUs: more than any
+# cluster holds GPUs (2^31: the chunk worker created actors one by one; the run hung)
+MAX_TENSOR_PARALLEL = 1_024  # GPUs of one engine, its ranks packed on one node (STRICT_PACK);
+# 2^63-1 built [bundle] * size: every chunk FAILED with MemoryError, exit 1
+MAX_KV_CACHE_GIB = 1 << 20  # a PiB: more memory than any node has
+INT64 = (-2**63, 2**63 - 1)  # a seed the backends take: vLLM's and OpenAI's are 64-bit
 
 
 def ray_amount_problem(amount: float, gpus: bool = False) -> str | None:
@@ -104,8 +154,9 @@ class SamplingConfig(_Strict):
                             "end at <|im_end|>")
     logprobs: int = Field(5, ge=0, le=20, description="top-k logprobs recorded per generated "
                           "token for distillation (0 = none; 20 is the OpenAI API's maximum)")
-    seed: int | None = Field(None, description="sampling seed passed to the backend (None = "
-                             "backend default); greedy decoding is deterministic regardless")
+    seed: int | None = Field(None, ge=INT64[0], le=INT64[1], description="sampling seed "
+                             "passed to the backend (None = backend default; 64-bit); greedy "
+                             "decoding is deterministic regardless")
     logit_bias: dict[TokenId, LogitBias] = Field(default_factory=dict, description="token id "
                                                  "-> bias in [-100, 100] added to the logits "
                                                  "before sampling (ban or favour tokens); "
@@ -115,15 +166,18 @@ class SamplingConfig(_Strict):
 class EpisodeConfig(_Strict):
     """Limits of one episode (task rollout) and how failed turns are handled."""
 
-    max_turns: int = Field(8, ge=1, description="assistant turns before the episode is cut off")
-    max_total_tokens: int = Field(8192, ge=64, description="cap on prompt + generated tokens "
-                                  "of the whole conversation (keep <= the model's context)")
+    max_turns: int = Field(8, ge=1, le=MAX_TURNS, description="assistant turns before the "
+                           "episode is cut off (at most 1,024)")
+    max_total_tokens: ContextTokens = Field(8192, ge=64, description="cap on prompt + "
+                                            "generated tokens of the whole conversation (keep "
+                                            "<= the model's context; at most 2^24)")
     on_invalid_turn: Literal["feedback", "stop"] = Field(
         "feedback", description="feedback = record the failed turn and show the model the error "
         "as a tool response, so it can recover (recovery data); stop = end the episode there")
-    max_concurrent_episodes: int = Field(64, ge=1, description="episodes in flight per teacher "
-                                         "process (vllm: per engine, shared by every chunk "
-                                         "worker's batches); keeps the batch full")
+    max_concurrent_episodes: InFlight = Field(64, ge=1, description="episodes in flight per "
+                                              "teacher process (vllm: per engine, shared by "
+                                              "every chunk worker's batches); keeps the batch "
+                                              "full (at most 65,536)")
     system_prompt: str | None = Field(None, description="system prompt before the tools block "
                                       "(None = datagen.chat.DEFAULT_SYSTEM_PROMPT)")
 
@@ -136,8 +190,9 @@ class HFConfig(_Strict):
     device: str = Field("cpu", description="torch device: cpu, cuda, cuda:1, ...")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="weights "
                                                              "dtype; bfloat16 on GPU")
-    max_batch_size: int = Field(32, ge=1, description="episodes per forward pass; a turn batch "
-                                "starts when every live episode waits or this many do")
+    max_batch_size: InFlight = Field(32, ge=1, description="episodes per forward pass; a turn "
+                                     "batch starts when every live episode waits or this many "
+                                     "do (at most 65,536)")
 
 
 class OpenAIConfig(_Strict):
@@ -167,10 +222,11 @@ class OpenAIConfig(_Strict):
     backoff_base_s: Seconds = Field(0.5, description="first backoff; doubles per retry, "
                                     "full jitter")
     backoff_max_s: Seconds = Field(30.0, description="cap of one backoff sleep")
-    initial_concurrency: int = Field(16, ge=1, description="requests in flight at start (AIMD)")
-    min_concurrency: int = Field(1, ge=1, description="AIMD floor")
-    max_concurrency: int = Field(256, ge=1, description="AIMD ceiling: requests in flight per "
-                                 "worker process")
+    initial_concurrency: InFlight = Field(16, ge=1, description="requests in flight at start "
+                                          "(AIMD)")
+    min_concurrency: InFlight = Field(1, ge=1, description="AIMD floor")
+    max_concurrency: InFlight = Field(256, ge=1, description="AIMD ceiling: requests in flight "
+                                      "per worker process (at most 65,536)")
     cache_dir: str | None = Field(None, description="request cache directory (SQLite, content "
                                   "fingerprint keys); None = OUT/_cache; resumed runs do not pay "
                                   "twice")
@@ -198,21 +254,25 @@ class VLLMConfig(_Strict):
 
     model: str = Field(description="local model directory or hub name")
     tokenizer: str | None = Field(None, description="tokenizer directory (None = `model`)")
-    num_engines: int = Field(1, ge=1, description="engine actors (data parallel replicas)")
-    tensor_parallel_size: int = Field(1, ge=1, description="GPUs per engine; >1 uses a Ray "
-                                      "placement group with one GPU bundle per rank")
-    num_gpus: float = Field(1.0, ge=0, description="GPUs per engine actor when "
+    num_engines: int = Field(1, ge=1, le=MAX_ENGINES, description="engine actors (data "
+                             "parallel replicas; at most 100,000)")
+    tensor_parallel_size: int = Field(1, ge=1, le=MAX_TENSOR_PARALLEL, description="GPUs per "
+                                      "engine (at most 1,024); >1 uses a Ray placement group "
+                                      "with one GPU bundle per rank")
+    num_gpus: RayAmount = Field(1.0, ge=0, description="GPUs per engine actor when "
                             "tensor_parallel_size is 1 (0 = CPU build of vLLM; else at least "
                             "0.0001, whole above 1, as Ray takes them)")
-    num_cpus: float = Field(1.0, ge=0, description="CPUs reserved per engine actor (0 or at "
+    num_cpus: RayAmount = Field(1.0, ge=0, description="CPUs reserved per engine actor (0 or at "
                             "least 0.0001, as Ray takes them)")
     dtype: str = Field("auto", description="auto, bfloat16, float16, float32 (CPU: float32)")
-    max_model_len: int = Field(8192, ge=128, description="context length the engine reserves")
+    max_model_len: ContextTokens = Field(8192, ge=128, description="context length the engine "
+                                         "reserves (at most 2^24)")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="GPU memory share")
     enforce_eager: bool = Field(False, description="skip CUDA graphs / compilation (faster "
                                 "start, slower decode; CPU tests)")
-    cpu_kv_cache_gib: int | None = Field(None, ge=1, description="VLLM_CPU_KVCACHE_SPACE for the "
-                                         "CPU build (GiB)")
+    cpu_kv_cache_gib: int | None = Field(None, ge=1, le=MAX_KV_CACHE_GIB, description=
+                                         "VLLM_CPU_KVCACHE_SPACE for the CPU build (GiB, at "
+                                         "most 2^20)")
     engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra "
                                           "AsyncEngineArgs fields")
 

@@ -59,7 +59,9 @@ def test_demo_config_loads():
      ["nested deeper than 32 levels"]),
     ("seed: " + "1" * 5000 + "\n", ["not valid YAML", "Exceeds the limit (4300 digits)"]),
     ("teacher:\n  sampling: {seed: 100000000000000000000000000000}\n",
-     ["teacher.sampling.seed: an integer outside the 64-bit range"]),
+     ["teacher.sampling.seed: Input should be less than or equal to 9223372036854775807"]),
+    ("teacher:\n  openai: {base_url: u, model: m, extra_body: {n: 100000000000000000000}}\n"
+     "  backend: openai\n", ["teacher.openai.extra_body.n: an integer outside the 64-bit range"]),
     ("teacher:\n  sampling: {temperature: .inf}\n",
      ["teacher.sampling.temperature: inf is not a finite number"]),
     # divided by in float32: inf, then NaN probabilities in the hf teacher and the trainer

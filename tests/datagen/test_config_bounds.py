@@ -14,7 +14,8 @@ from datagen.pipeline.cli import main
 OPENAI = {"teacher.backend": "openai", "teacher.openai.base_url": "http://127.0.0.1:9/v1",
           "teacher.openai.model": "m"}
 VLLM = {"teacher.backend": "vllm", "teacher.vllm.model": "m"}
-NAMED = {"worker_resources.datagen": "worker_resources", "envs": "envs.0.weight"}  # else field
+NAMED = {"worker_resources.datagen": "worker_resources", "worker_resources.x": "worker_resources",
+         "envs": "envs.0.weight"}  # else the field
 
 
 @pytest.mark.parametrize("section, field, value, expected", [
@@ -122,4 +123,141 @@ def test_a_real_cli_process_exits_2_in_one_line(tmp_path):
     assert done.stderr.strip() == ("datagen: invalid config (configs/demo.yaml): teacher.sampling."
                                    "logit_bias.5: 1e+300 is outside [-100, 100] (the OpenAI "
                                    "API's range)")
+    assert not (tmp_path / "out").exists()
+
+
+# Every integer setting has an upper bound too. Before, a value inside int64 (2**31, 2**63-1)
+# loaded and then did what the finding beside it says; above int64 the one-line message came
+# from the JSON check (`an integer outside the 64-bit range`), which names the field as well.
+HF = {"teacher.backend": "hf", "teacher.hf.model": "m"}
+CRITIC = {"critics.backend": "llm", "critics.llm": {"backend": "openai", "openai": {
+    "base_url": "http://127.0.0.1:9/v1", "model": "m"}}}
+
+
+@pytest.mark.parametrize("section, field, value, bound", [
+    # [{"GPU": 1, "CPU": 1}] * tensor_parallel_size: every chunk FAILED: MemoryError, exit 1
+    (VLLM, "teacher.vllm.tensor_parallel_size", 2**63 - 1, 1024),
+    # each chunk worker created engine actors one by one: the run hung, no chunk in 120 s
+    (VLLM, "teacher.vllm.num_engines", 2**31, 100_000),
+    # refused by vLLM when the engine started: every chunk FAILED with pydantic's
+    # "For further information visit ..." line, exit 1
+    (VLLM, "teacher.vllm.max_model_len", 2**31, 2**24),
+    (VLLM, "teacher.vllm.cpu_kv_cache_gib", 2**31, 2**20),  # 2^31 GiB asked of vLLM (not run)
+    # these loaded and ran as if unbounded: the setting meant nothing
+    (OPENAI, "teacher.openai.max_concurrency", 2**63 - 1, 65_536),
+    (OPENAI, "teacher.openai.initial_concurrency", 2**31, 65_536),
+    (OPENAI, "teacher.openai.min_concurrency", 2**31, 65_536),
+    ({}, "teacher.episode.max_turns", 2**63 - 1, 1024),
+    ({}, "teacher.episode.max_total_tokens", 2**63 - 1, 2**24),
+    ({}, "teacher.episode.max_concurrent_episodes", 2**31, 65_536),
+    (HF, "teacher.hf.max_batch_size", 2**31, 65_536),
+    ({}, "num_workers", 2**31, 1_000_000),
+    ({}, "max_in_flight", 2**63 - 1, 1_000_000),
+    ({}, "negatives.max_env_checks", 2**31, 10_000),
+    ({}, "critics.safety_per_trajectory", 2**63 - 1, 1_000),
+    (CRITIC, "critics.llm.openai.max_concurrency", 2**31, 65_536),
+    ({}, "teacher.sampling.seed", 2**63, 2**63 - 1),
+])
+def test_hostile_integers_fail_at_load_naming_the_field(section, field, value, bound):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, {**section, field: value})
+    message = str(info.value)
+    assert len(message.splitlines()) == 1, message
+    assert f"{field}: Input should be less than or equal to {bound}" in message, message
+
+
+def test_token_ids_past_any_vocabulary_fail_at_load():
+    with pytest.raises(ConfigError, match=r"teacher\.sampling\.logit_bias\.16777216\.\[key\]: "
+                                          r"Input should be less than or equal to 16777215"):
+        load_config(None, {"teacher.sampling.logit_bias": {2**24: 5.0}})
+
+
+def test_the_integer_bounds_themselves_load():
+    teacher = load_config(None, {
+        **VLLM, "teacher.vllm.tensor_parallel_size": 1024, "teacher.vllm.num_engines": 100_000,
+        "teacher.vllm.max_model_len": 2**24, "teacher.vllm.cpu_kv_cache_gib": 2**20,
+        "teacher.episode.max_turns": 1024, "teacher.episode.max_total_tokens": 2**24,
+        "teacher.episode.max_concurrent_episodes": 65_536, "teacher.sampling.seed": -2**63,
+        "teacher.sampling.logit_bias": {2**24 - 1: 1.0}}).teacher
+    assert (teacher.vllm.tensor_parallel_size, teacher.episode.max_turns) == (1024, 1024)
+    config = load_config(None, {
+        **OPENAI, "teacher.openai.max_concurrency": 65_536,
+        "teacher.openai.initial_concurrency": 65_536, "teacher.openai.min_concurrency": 65_536,
+        "num_workers": 1_000_000, "max_in_flight": 1_000_000, "negatives.max_env_checks": 10_000,
+        "critics.safety_per_trajectory": 1_000, "teacher.sampling.seed": 2**63 - 1})
+    assert (config.teacher.openai.min_concurrency, config.max_in_flight) == (65_536, 1_000_000)
+
+
+def _numbers(schema: dict, defs: dict, path: str = ""):
+    """(dotted path, schema) of every integer and float in a JSON schema, through $refs,
+    unions, lists and dicts (as tests/trainer/test_config.py walks the trainer's)."""
+    if "$ref" in schema:
+        yield from _numbers(defs[schema["$ref"].rsplit("/", 1)[-1]], defs, path)
+    if schema.get("type") in ("integer", "number"):
+        yield path, schema
+    for key, child in schema.get("properties", {}).items():
+        yield from _numbers(child, defs, f"{path}.{key}".lstrip("."))
+    for child in [*schema.get("anyOf", ()), *schema.get("prefixItems", ()),
+                  *[schema[key] for key in ("items", "additionalProperties", "propertyNames")
+                    if isinstance(schema.get(key), dict)]]:
+        yield from _numbers(child, defs, path)
+
+
+def test_every_number_of_the_datagen_config_has_an_upper_bound():
+    """Checked for every field, not the ones an audit named. A validator's bound (temperature,
+    seconds, Ray amounts) is written into the schema beside it, so the walk sees it."""
+    from datagen.config import GenerateConfig
+
+    schema = GenerateConfig.model_json_schema()
+    numbers = dict(_numbers(schema, schema.get("$defs", {})))
+    # the walk reaches sections, `int | None`, lists, dict values and critics.llm's teacher
+    assert {"teacher.vllm.cpu_kv_cache_gib", "envs.weight", "teacher.sampling.logit_bias",
+            "worker_resources", "critics.llm.openai.max_concurrency"} <= set(numbers)
+    unbounded = [path for path, item in numbers.items()
+                 if "maximum" not in item and "exclusiveMaximum" not in item]
+    assert unbounded == []
+    too_wide = [path for path, item in numbers.items()
+                if item["type"] == "integer" and not item["maximum"] <= 2**63 - 1]
+    assert too_wide == []
+
+
+def test_the_schema_bounds_are_the_ones_enforced():
+    """A maximum written into the schema beside a validator is that validator's: one past it
+    (or the next float) is refused."""
+    import math
+
+    for section, field, maximum in [
+            ({}, "teacher.sampling.temperature", 100.0),
+            (OPENAI, "teacher.openai.timeout_s", 604800.0),
+            (VLLM, "teacher.vllm.num_cpus", 1e14), ({}, "worker_resources.x", 1e14)]:
+        load_config(None, {**section, field: maximum})
+        with pytest.raises(ConfigError) as info:
+            load_config(None, {**section, field: math.nextafter(maximum, math.inf)})
+        assert f"{NAMED.get(field, field)}: " in str(info.value), info.value
+
+
+def test_the_shipped_datagen_configs_load():
+    """Every bound above leaves the shipped configs valid (consistency_policy_tiny imports
+    the trainer's policy backend: most of this test's time)."""
+    from tests.conftest import ROOT
+
+    names = ["demo", "critics_demo", "consistency_policy_tiny", "teacher_hf_tiny",
+             "teacher_openai", "teacher_vllm_qwen2_5_32b", "teacher_vllm_tiny_cpu"]
+    for name in names:
+        load_config(ROOT / "configs" / f"{name}.yaml")
+
+
+def test_cli_says_a_hostile_integer_in_one_line_before_ray(tmp_path, capsys, monkeypatch):
+    import datagen.pipeline.driver
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("reached Ray: the error was not caught before the run")
+
+    monkeypatch.setattr(datagen.pipeline.driver, "init_ray", refuse)
+    rc = main(["generate", "--config", "configs/demo.yaml", "--out", str(tmp_path / "out"),
+               "--set", "teacher.episode.max_turns=9223372036854775807"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert err == ("datagen: invalid config (configs/demo.yaml): teacher.episode.max_turns: "
+                   "Input should be less than or equal to 1024"), err
     assert not (tmp_path / "out").exists()

@@ -422,3 +422,18 @@ def test_an_address_where_no_ray_answers_fails_in_seconds(tmp_path, capsys, monk
     assert time.monotonic() - started < 30
     assert capsys.readouterr().err.startswith("cannot train: cannot reach a Ray cluster at "
                                               "127.0.0.1:1 (--address / RAY_ADDRESS): ")
+
+
+def test_ppo_episodes_in_flight_stay_within_what_the_rollouts_play():
+    """tasks_per_iteration x group_size becomes the policy teacher's batch size and episodes in
+    flight (trainer/rl/rollout.py), which datagen bounds: refused at load, not in the worker."""
+    with pytest.raises(ConfigError, match=r"ppo: tasks_per_iteration x group_size "
+                                          r"= 131,072 episodes in flight per worker, more than "
+                                          r"65,536"):
+        load_config(ROOT / "configs" / "ppo_tiny.yaml",
+                    ["ppo.tasks_per_iteration=1024", "ppo.group_size=128"])
+    from trainer.rl.rollout import teacher_config
+
+    cfg = load_config(ROOT / "configs" / "ppo_tiny.yaml",
+                      ["ppo.tasks_per_iteration=512", "ppo.group_size=128"])
+    assert teacher_config(cfg, "checkpoint").hf.max_batch_size == 65_536
