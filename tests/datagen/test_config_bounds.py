@@ -10,6 +10,7 @@ import pytest
 
 from datagen.config import ConfigError, load_config
 from datagen.pipeline.cli import main
+from tests.schema_numbers import schema_numbers
 
 OPENAI = {"teacher.backend": "openai", "teacher.openai.base_url": "http://127.0.0.1:9/v1",
           "teacher.openai.model": "m"}
@@ -188,28 +189,12 @@ def test_the_integer_bounds_themselves_load():
     assert (config.teacher.openai.min_concurrency, config.max_in_flight) == (65_536, 1_000_000)
 
 
-def _numbers(schema: dict, defs: dict, path: str = ""):
-    """(dotted path, schema) of every integer and float in a JSON schema, through $refs,
-    unions, lists and dicts (as tests/trainer/test_config.py walks the trainer's)."""
-    if "$ref" in schema:
-        yield from _numbers(defs[schema["$ref"].rsplit("/", 1)[-1]], defs, path)
-    if schema.get("type") in ("integer", "number"):
-        yield path, schema
-    for key, child in schema.get("properties", {}).items():
-        yield from _numbers(child, defs, f"{path}.{key}".lstrip("."))
-    for child in [*schema.get("anyOf", ()), *schema.get("prefixItems", ()),
-                  *[schema[key] for key in ("items", "additionalProperties", "propertyNames")
-                    if isinstance(schema.get(key), dict)]]:
-        yield from _numbers(child, defs, path)
-
-
 def test_every_number_of_the_datagen_config_has_an_upper_bound():
     """Checked for every field, not the ones an audit named. A validator's bound (temperature,
     seconds, Ray amounts) is written into the schema beside it, so the walk sees it."""
     from datagen.config import GenerateConfig
 
-    schema = GenerateConfig.model_json_schema()
-    numbers = dict(_numbers(schema, schema.get("$defs", {})))
+    numbers = schema_numbers(GenerateConfig)
     # the walk reaches sections, `int | None`, lists, dict values and critics.llm's teacher
     assert {"teacher.vllm.cpu_kv_cache_gib", "envs.weight", "teacher.sampling.logit_bias",
             "worker_resources", "critics.llm.openai.max_concurrency"} <= set(numbers)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.schema_numbers import schema_numbers
 from trainer.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,21 +205,6 @@ def test_non_finite_and_unbounded_values_are_refused_before_any_work(override, m
         load_config(ROOT / "configs" / "train_tiny.yaml", [override])
 
 
-def _integers(schema: dict, defs: dict, path: str = ""):
-    """(dotted path, schema) of every integer in a JSON schema, through $refs, unions and
-    tuples."""
-    if "$ref" in schema:
-        yield from _integers(defs[schema["$ref"].rsplit("/", 1)[-1]], defs, path)
-    if schema.get("type") == "integer":
-        yield path, schema
-    for key, child in schema.get("properties", {}).items():
-        yield from _integers(child, defs, f"{path}.{key}".lstrip("."))
-    for child in [*schema.get("anyOf", ()), *schema.get("prefixItems", ()),
-                  *[schema[key] for key in ("items", "additionalProperties")
-                    if isinstance(schema.get(key), dict)]]:
-        yield from _integers(child, defs, path)
-
-
 @pytest.mark.parametrize("model,nested", [("trainer.config.TrainConfig", "model.train_layers"),
                                           ("trainer.eval.EvalConfig", "pref_tasks"),
                                           ("trainer.loop.config.LoopConfig",
@@ -229,26 +215,11 @@ def test_every_integer_field_has_an_upper_bound_inside_int64(model, nested):
     import importlib
 
     module, name = model.rsplit(".", 1)
-    schema = getattr(importlib.import_module(module), name).model_json_schema()
-    integers = dict(_integers(schema, schema.get("$defs", {})))
+    integers = schema_numbers(getattr(importlib.import_module(module), name), ("integer",))
     assert nested in integers  # the walk reaches into sections and `int | None`
     unbounded = [path for path, item in integers.items()
                  if not item.get("maximum", 2**64) <= 2**63 - 1]
     assert unbounded == []
-
-
-def _numbers(schema: dict, defs: dict, path: str = ""):
-    """(dotted path, schema) of every float in a JSON schema, as _integers walks integers."""
-    if "$ref" in schema:
-        yield from _numbers(defs[schema["$ref"].rsplit("/", 1)[-1]], defs, path)
-    if schema.get("type") == "number":
-        yield path, schema
-    for key, child in schema.get("properties", {}).items():
-        yield from _numbers(child, defs, f"{path}.{key}".lstrip("."))
-    for child in [*schema.get("anyOf", ()), *schema.get("prefixItems", ()),
-                  *[schema[key] for key in ("items", "additionalProperties")
-                    if isinstance(schema.get(key), dict)]]:
-        yield from _numbers(child, defs, path)
 
 
 @pytest.mark.parametrize("model,nested", [("trainer.config.TrainConfig", "ppo.reward.penalties"),
@@ -260,8 +231,7 @@ def test_every_float_field_has_an_upper_bound(model, nested):
     import importlib
 
     module, name = model.rsplit(".", 1)
-    schema = getattr(importlib.import_module(module), name).model_json_schema()
-    numbers = dict(_numbers(schema, schema.get("$defs", {})))
+    numbers = schema_numbers(getattr(importlib.import_module(module), name), ("number",))
     assert nested in numbers  # the walk reaches into sections, dicts and `float | None`
     unbounded = [path for path, item in numbers.items()
                  if "maximum" not in item and "exclusiveMaximum" not in item
