@@ -23,6 +23,7 @@ import os
 from typing import Iterator
 
 from datagen.pipeline.cluster import ClusterError, cluster_has
+from datagen.pipeline.placement import ceiling
 from trainer.config import ScalingConfig, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -46,22 +47,6 @@ def describe(scaling: ScalingConfig) -> str:
     return (f"scaling.num_workers={scaling.num_workers} x scaling.cpus_per_worker="
             f"{scaling.cpus_per_worker}{gpu} asks for {asked} in all; the cluster has "
             f"{cluster_has(wanted)}")
-
-
-def ceiling(started_here: bool) -> dict[str, float] | None:
-    """The most the cluster can ever hold, where that is known: a Ray this process started
-    (no autoscaler) holds what it holds; an autoscaler's node types cap what it can add (Ray
-    Train's own source of that figure). None: unknown, so anything may come."""
-    import ray
-
-    if started_here:
-        return ray.cluster_resources()
-    try:
-        from ray._private.state import state
-
-        return state.get_max_resources_from_cluster_config()
-    except Exception:  # noqa: BLE001 - an internal API: without it, the bounded wait only
-        return None
 
 
 def place_workers(scaling: ScalingConfig, started_here: bool) -> None:

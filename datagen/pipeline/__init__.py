@@ -2,6 +2,7 @@
 
     driver.py     run_generation: plan chunks, start workers, feed them, manifest + card
     workers.py    chunk worker actors and their life cycle; dispatch.py: which chunk goes where
+    placement.py  the vllm teacher's engines: refused when the cluster can never hold them
     chunk.py      one chunk end to end (rollout, then every configured stage), no Ray
     stages/       one stage per file: trajectories, negatives, critics (stages/base.py: the
                   interface and the registry)

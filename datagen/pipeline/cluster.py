@@ -36,14 +36,15 @@ class ClusterError(ConfigError):
 
 
 def init_ray(address: str | None = None) -> bool:
-    """Connect to `address`, else $RAY_ADDRESS, else start a local Ray. True if we started it.
-    An address that cannot be used fails within ~20 s with a ClusterError."""
-    if ray.is_initialized():
-        return False
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    check_address(address)
-    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
-    return address is None
+    """Connect to `address`, else $RAY_ADDRESS, else start a local Ray (or join a `ray start`
+    head of this host, as ray.init does). True if this process started the Ray it is connected
+    to, now or before: nothing scales or joins it, so what it cannot hold never comes
+    (placement.py). An address that cannot be used fails within ~20 s with a ClusterError."""
+    if not ray.is_initialized():
+        address = address or os.environ.get("RAY_ADDRESS") or None
+        check_address(address)
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+    return bool(getattr(getattr(ray._private.worker, "_global_node", None), "head", False))
 
 
 def check_address(address: str | None) -> None:

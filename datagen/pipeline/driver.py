@@ -33,6 +33,7 @@ from datagen.pipeline.chunk import Chunk, plan_chunks
 from datagen.pipeline.cluster import ClusterError, init_ray, job_working_dir
 from datagen.config import GenerateConfig, fingerprint, public_dump
 from datagen.pipeline.dispatch import ChunkDispatch
+from datagen.pipeline.placement import check_engines, engine_demand
 from datagen.pipeline.preflight import OutProbe, resolve_paths
 from datagen.pipeline.runlock import LockOwner, run_lock
 from datagen.pipeline.s3lease import LeaseFence, LeaseLost
@@ -58,11 +59,13 @@ class ChunkRun:
 
 def _worker_count(config: GenerateConfig, n_chunks: int, policy: LivenessPolicy) -> int:
     """`num_workers`, else as many as the cluster's resources hold (one CPU each, plus the
-    policy's custom resources), never more than there are chunks."""
+    policy's custom resources) beside the `vllm` teacher's engines (workers holding every CPU
+    left the engines they create none), never more than there are chunks."""
     if config.num_workers:
         return min(config.num_workers, n_chunks)
-    total = ray.cluster_resources()
-    fits = [int(total.get(name, 0) // amount) for name, amount in policy.wanted.items() if amount]
+    total, engines = ray.cluster_resources(), engine_demand(config)
+    fits = [int((total.get(name, 0) - engines.get(name, 0)) // amount)
+            for name, amount in policy.wanted.items() if amount]
     return max(min([*fits, n_chunks]), 1)
 
 
@@ -169,7 +172,7 @@ def _generate_locked(config: GenerateConfig, fp: str, address: str | None,
     run = ChunkRun()
     try:
         if todo:
-            init_ray(address)
+            check_engines(config, policy.wanted, started_here=init_ray(address))
             run = _run_chunks(config, todo, done_rows, policy, fence)
     finally:  # also on Ctrl-C: only complete chunks count; the manifest says what is there
         lost = fence is not None and not fence.held()  # OUT is another run's now: hands off

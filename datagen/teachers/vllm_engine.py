@@ -12,7 +12,8 @@ prompt is the exact token trace (`TokensPrompt`), never re-tokenised text. Each 
 splits its batch across the engines; engines are named actors, so every worker of the run
 shares them (the first to ask creates them; they live as long as their creator). With
 tensor_parallel_size > 1 an engine gets a placement group with one GPU bundle per rank and vLLM
-starts its Ray workers inside it.
+starts its Ray workers inside it. Engines not placed or not started within a bound fail the
+chunk (EngineNotReady, datagen/teachers/vllm_placement.py), never hang it.
 
 An engine actor that dies (OOM kill, crash, its node lost) is restarted by Ray
 (`ENGINE_MAX_RESTARTS`; on another node if its own is gone and resources allow): the handle
@@ -38,6 +39,8 @@ from datagen.envs import make_env
 from datagen.teachers.base import Teacher, describe_exception, failed_trajectory
 from datagen.teachers.config import SamplingConfig, TeacherConfig, VLLMConfig
 from datagen.teachers.episode import EnvLeases, EpisodeRunner, Generation, TurnBackend, TurnRequest
+from datagen.teachers.vllm_placement import (ENGINE_PLACE_TIMEOUT_S, ENGINE_START_TIMEOUT_S,
+                                             EngineNotReady, engine_bundles, wait_engines_ready)
 from datagen.teachers.weight_gate import WeightGate
 from datagen.types import Task, Trajectory, stable_hash
 
@@ -203,7 +206,8 @@ class VLLMEngineActor:
 
 def _actor_options(config: VLLMConfig, name: str) -> dict[str, Any]:
     """Resources of one engine actor: its GPUs, or a placement group (named after the actor,
-    so a worker that finds the actor also finds its group) for tensor parallelism."""
+    so a worker that finds the actor also finds its group) for tensor parallelism. Nothing is
+    waited for here: the actor is placed when its group is (`VLLMTeacher.engines` waits)."""
     # vLLM logs every engine step at INFO, and actor logs stream to the driver's terminal.
     env_vars = {"VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING")}
     if config.cpu_kv_cache_gib:
@@ -220,9 +224,7 @@ def _actor_options(config: VLLMConfig, name: str) -> dict[str, Any]:
     try:
         group = get_placement_group(f"{name}-pg")
     except ValueError:
-        group = placement_group([{"GPU": 1, "CPU": 1}] * config.tensor_parallel_size,
-                                strategy="STRICT_PACK", name=f"{name}-pg")
-    ray.get(group.ready())
+        group = placement_group(engine_bundles(config), strategy="STRICT_PACK", name=f"{name}-pg")
     return {**options, "num_gpus": 0, "scheduling_strategy": PlacementGroupSchedulingStrategy(
         group, placement_group_capture_child_tasks=True)}
 
@@ -231,12 +233,16 @@ class VLLMTeacher(Teacher):
     """Client side (in each chunk worker): sends each batch, split evenly, to the engines."""
 
     engine_class: type = VLLMEngineActor  # the actor that holds an engine
+    place_timeout_s: float = ENGINE_PLACE_TIMEOUT_S  # bounds of the first wait for the engines
+    start_timeout_s: float = ENGINE_START_TIMEOUT_S
 
     def __init__(self, config: TeacherConfig) -> None:
         self.name = config.name or config.backend
         self.config = config
         self._engines: list[Any] | None = None
-        self._ready: list[Any] = []
+        self._placed: list[Any] = []  # __ray_ready__ (placed) and ready() (started) of each
+        self._ready: list[Any] = []  # engine, until waited for
+        self._not_ready: EngineNotReady | None = None  # why the first wait gave up
         self._tokenizer: Any = None
         self._key = stable_hash(config.model_dump_json(), digest_size=6)
 
@@ -255,15 +261,22 @@ class VLLMTeacher(Teacher):
         if self._engines is None:
             self._engines = [self._engine(f"datagen-vllm-{self._key}-{i}")
                              for i in range(self.config.vllm.num_engines)]
+            self._placed = [engine.__ray_ready__.remote() for engine in self._engines]
             self._ready = [engine.ready.remote() for engine in self._engines]
         return self._engines
 
     def engines(self) -> list[Any]:
-        """The run's engine actors, started and ready."""
+        """The run's engine actors, started and ready; EngineNotReady when they are not within
+        the bounds (waited for once: later calls check without waiting, see vllm_placement)."""
         engines = self.start_engines()
         if self._ready:
-            ray.get(self._ready)
-            self._ready = []
+            waits = (0.0, 0.0) if self._not_ready else (self.place_timeout_s, self.start_timeout_s)
+            try:
+                wait_engines_ready(self._placed, self._ready, self.config.vllm, *waits)
+            except EngineNotReady as exc:
+                self._not_ready = self._not_ready or exc
+                raise EngineNotReady(str(self._not_ready)) from None
+            self._placed, self._ready, self._not_ready = [], [], None
         return engines
 
     def _engine(self, name: str) -> Any:

@@ -1,0 +1,175 @@
+"""vLLM engine actors a cluster cannot place (audit: `teacher.vllm.num_cpus: 1000`, `num_gpus: 1`
+on a CPU-only cluster, tensor_parallel_size 2 without GPUs each hung `datagen generate` at its
+first batch). On a Ray the run started they are refused before any chunk runs, in one line
+naming teacher.vllm.* (exit 2); on a cluster that may grow each chunk worker waits for them
+once, boundedly, and the chunks fail with the reason (no marker: a rerun retries them). On the
+session's 2-CPU head, with fake engines (engine_placement_fakes) where a wait is involved."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pytest
+import ray
+
+from datagen.config import GenerateConfig
+from datagen.pipeline import driver
+from datagen.pipeline.cluster import ClusterError
+from datagen.pipeline.placement import check_engines
+from datagen.pipeline.workers import LivenessPolicy
+from datagen.teachers.vllm_placement import EngineNotReady
+from tests.datagen.teachers.engine_fakes import fake_engine_config
+from tests.datagen.teachers.engine_placement_fakes import (FakeNeverStartingEngineTeacher,
+                                                           FakeShortWaitEngineTeacher)
+from tests.datagen.teachers.helpers import make_tasks
+
+HAS = r"\([\d.]+ free now\)"
+TRAJECTORIES_ONLY = {"negatives": {"enabled": False}, "critics": {"enabled": False}}
+
+
+def _vllm(**fields) -> dict:
+    return {"backend": "vllm", "vllm": {"model": "fake-engine", **fields}}
+
+
+@pytest.mark.parametrize("settings, reason", [
+    (["num_cpus=1000", "num_gpus=0"], r"no node holds one engine \(teacher.vllm.num_cpus=1000, "
+     rf"num_gpus=0 -> CPU 1000 per engine\); the cluster has CPU 2 {HAS}"),
+    ([], r"no node holds one engine \(teacher.vllm.num_cpus=1, num_gpus=1 -> CPU 1, GPU 1 per "
+     rf"engine\); the cluster has CPU 2 {HAS}, GPU 0 {HAS}"),  # the defaults, without a GPU
+    (["tensor_parallel_size=2"], r"no node holds one engine \(teacher.vllm.tensor_parallel_size"
+     r"=2 -> 2 bundles of GPU 1, CPU 1 on one node per engine\); the cluster has GPU 0 "
+     rf"{HAS}, CPU 2 {HAS}"),
+    (["num_engines=2", "num_gpus=0"], r"teacher.vllm.num_engines=2 x \(teacher.vllm.num_cpus=1, "
+     r"num_gpus=0 -> CPU 1 per engine\) beside one chunk worker = CPU 3 in all; the cluster "
+     rf"has CPU 2 {HAS}"),
+])
+def test_engines_a_ray_of_our_own_can_never_hold_are_refused_before_any_chunk(
+        ray_head, tmp_path, monkeypatch, capsys, settings, reason):
+    """Through the CLI; the session's head stands in for a Ray the run started itself."""
+    from datagen.pipeline.cli import main
+
+    monkeypatch.setattr(driver, "init_ray", lambda address: True)
+    chunk_runs = []
+    monkeypatch.setattr(driver, "_run_chunks", lambda *args: chunk_runs.append(args))
+    sets = [item for setting in ["backend=vllm", "vllm.model=fake-engine",
+                                 *(f"vllm.{field}" for field in settings)]
+            for item in ("--set", f"teacher.{setting}")]
+    started = time.monotonic()
+    code = main(["generate", "--out", str(tmp_path / "out"), "--num-trajectories", "20",
+                 "--no-progress", *sets])
+    err = capsys.readouterr().err
+    assert (code, chunk_runs) == (2, []), err
+    assert re.fullmatch(f"datagen: the cluster can never place the vLLM engines: {reason}\n",
+                        err), err
+    assert time.monotonic() - started < 10
+
+
+def test_a_cluster_that_may_grow_is_waited_for_but_a_bundle_too_small_is_refused(ray_head,
+                                                                                  caplog):
+    """Not started here: a node may join, so num_cpus 1000 is waited for (by the workers).
+    An engine actor runs in one of its tensor-parallel bundles of CPU 1 on any cluster."""
+    worker = LivenessPolicy().wanted
+    check_engines(GenerateConfig(teacher=_vllm(num_cpus=1000, num_gpus=0)), worker, False)
+    assert "the cluster cannot hold the vLLM engines now; each chunk worker waits up to 300s " \
+           "for them: teacher.vllm.num_engines=1 x (teacher.vllm.num_cpus=1000" in caplog.text
+    with pytest.raises(ClusterError, match=re.escape(
+            "the cluster can never place the vLLM engines: with teacher.vllm."
+            "tensor_parallel_size > 1 the engine actor runs in one of its GPU 1, CPU 1 bundles, "
+            "which teacher.vllm.num_cpus=2 does not fit (at most 1)")):
+        check_engines(GenerateConfig(teacher=_vllm(num_cpus=2, tensor_parallel_size=2)),
+                      worker, False)
+    check_engines(GenerateConfig(teacher=_vllm(num_gpus=0)), worker, True)  # 1 + 1 of 2 CPUs
+
+
+def test_chunk_workers_leave_the_engines_their_cpus(ray_head):
+    """One chunk worker per CPU took both CPUs of the head, and the engine they create, none."""
+    policy = LivenessPolicy()
+    assert driver._worker_count(GenerateConfig(), 10, policy) == 2
+    assert driver._worker_count(GenerateConfig(teacher=_vllm(num_gpus=0)), 10, policy) == 1
+
+
+def _cleanup(teacher) -> None:
+    from ray.util import get_placement_group, remove_placement_group
+
+    for i, engine in enumerate(teacher._engines or []):
+        ray.kill(engine)
+        try:
+            remove_placement_group(get_placement_group(f"datagen-vllm-{teacher._key}-{i}-pg"))
+        except ValueError:
+            pass
+
+
+def _within(seconds: float, call):
+    """`call()`'s result or exception, failing the test if it has not come back in `seconds`
+    (pytest-timeout's alarm does not interrupt a blocked `ray.get`)."""
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["value"] = call()
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            result["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=seconds)
+    assert not thread.is_alive(), f"no answer in {seconds:g}s: it waits without a bound"
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+@pytest.mark.parametrize("teacher_class, vllm, reason", [
+    (FakeShortWaitEngineTeacher, {"num_cpus": 1000}, "1 of 1 vLLM engine actors not placed "
+     "within 2s (teacher.vllm.num_cpus=1000, num_gpus=0 -> CPU 1000 per engine; "
+     "teacher.vllm.num_engines=1): other jobs may hold the resources, or an autoscaler still "
+     "be adding nodes"),
+    (FakeShortWaitEngineTeacher, {"tensor_parallel_size": 2}, "1 of 1 vLLM engine actors not "
+     "placed within 2s (teacher.vllm.tensor_parallel_size=2 -> 2 bundles of GPU 1, CPU 1 on "
+     "one node per engine; teacher.vllm.num_engines=1)"),
+    (FakeNeverStartingEngineTeacher, {}, "vLLM engines placed but not started within 2s "
+     "(loading fake-engine)"),
+])
+def test_engines_not_ready_within_the_bound_fail_the_batch_then_later_batches_at_once(
+        ray_head, teacher_class, vllm, reason):
+    config = fake_engine_config("fake-short-wait")
+    teacher = teacher_class(config.model_copy(update={
+        "vllm": config.vllm.model_copy(update=vllm)}))
+    try:
+        started = time.monotonic()
+        with pytest.raises(EngineNotReady) as first:  # before: no bound, each of these hung
+            _within(60, lambda: teacher.rollout_batch(make_tasks(2)))
+        assert 2 <= time.monotonic() - started < 30
+        assert str(first.value).startswith(reason), str(first.value)
+        started = time.monotonic()
+        with pytest.raises(EngineNotReady) as again:  # this worker has waited: it checks only
+            teacher.rollout_batch(make_tasks(2))
+        assert time.monotonic() - started < 1 and str(again.value) == str(first.value)
+    finally:
+        _cleanup(teacher)
+
+
+def test_a_run_whose_engines_are_never_placed_fails_its_chunks_saying_why(ray_head, tmp_path,
+                                                                         tiny_tokenizer_dir):
+    """The pipeline on a cluster that may grow: the worker waits once, both chunks fail with
+    the reason in the summary and leave no marker, so a rerun retries them."""
+    from datagen.pipeline import run_generation
+
+    out = tmp_path / "out"
+    config = GenerateConfig(
+        out=str(out), num_trajectories=20, chunk_size=10, num_workers=1, progress=False,
+        tokenizer=str(tiny_tokenizer_dir), **TRAJECTORIES_ONLY,
+        env_modules=["tests.datagen.teachers.engine_placement_fakes"],
+        teacher={"backend": "fake_short_wait_vllm", "name": "fake-short-wait",
+                 "vllm": {"model": "fake-engine", "num_gpus": 0, "num_cpus": 1000}})
+    summary = _within(120, lambda: run_generation(config))  # before: the first chunk hung
+    assert not summary.complete and [chunk for chunk, _ in summary.failed_chunks] == [0, 1]
+    for _, error in summary.failed_chunks:
+        assert error.endswith("EngineNotReady: 1 of 1 vLLM engine actors not placed within 2s "
+                              "(teacher.vllm.num_cpus=1000, num_gpus=0 -> CPU 1000 per engine; "
+                              "teacher.vllm.num_engines=1): other jobs may hold the resources, "
+                              "or an autoscaler still be adding nodes"), error
+    assert "FAILED chunk 1: " in summary.format()
+    assert not list((out / "_chunks").glob("chunk-*.json"))
