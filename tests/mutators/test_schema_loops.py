@@ -135,8 +135,8 @@ def ladder(combinator: str, depth: int) -> dict:
     return tool({"type": "object", "$defs": defs, "properties": {"a": {"$ref": "#/$defs/L0"}}})
 
 
-@pytest.mark.parametrize("combinator", ["anyOf", "allOf"])
-def test_the_loop_search_visits_each_node_once(monkeypatch, combinator):
+def count_in_place(monkeypatch) -> list[int]:
+    """[how many times the loop search has asked a node for its in-place subschemas]"""
     visits = [0]
     original = node_graph.in_place
 
@@ -145,6 +145,12 @@ def test_the_loop_search_visits_each_node_once(monkeypatch, combinator):
         return original(node)
 
     monkeypatch.setattr(node_graph, "in_place", counted)
+    return visits
+
+
+@pytest.mark.parametrize("combinator", ["anyOf", "allOf"])
+def test_the_loop_search_visits_each_node_once(monkeypatch, combinator):
+    visits = count_in_place(monkeypatch)
     start = time.perf_counter()
     loaded = load_tool(ladder(combinator, 24))
     assert time.perf_counter() - start < 2  # 2^24 paths; compiles in ms
@@ -163,14 +169,7 @@ def test_a_large_schema_pays_one_pass_for_the_loop_search(monkeypatch):
     parameters = {"type": "object", "$defs": defs, "properties": {
         f"p{i}": {"allOf": [{"$ref": f"#/$defs/D{i % 30}"}], "description": str(i)}
         for i in range(2000)}}
-    visits = [0]
-    original = node_graph.in_place
-
-    def counted(node):
-        visits[0] += 1
-        return original(node)
-
-    monkeypatch.setattr(node_graph, "in_place", counted)
+    visits = count_in_place(monkeypatch)
     compiled = compile_schema(parameters)
     assert compiled.error is None
     assert visits[0] <= 1 + 2000 + 2 * 30, visits  # root, properties, defs and their `v`

@@ -28,6 +28,15 @@ def _with_unknown_span_kind(out: Path) -> str:
     return table.column("id")[0].as_py()
 
 
+def _fit(out, tokenizer, tmp_path, capsys, *overrides: str) -> tuple[int, str]:
+    """`trainer fit` of train_tiny.yaml for 2 steps on `out`: exit code, last stderr line."""
+    sets = [f"shards={out}", f"tokenizer={tokenizer}", f"run_dir={tmp_path / 'run'}",
+            "run.max_steps=2", "run.progress=false", *overrides]
+    code = main(["fit", "--config", str(ROOT / "configs" / "train_tiny.yaml"),
+                 *[arg for value in sets for arg in ("--set", value)]])
+    return code, capsys.readouterr().err.strip().splitlines()[-1]
+
+
 def test_a_bad_row_fails_the_fit_with_one_line_naming_it(pipeline_out, trainer_tokenizer,
                                                           tmp_path, capsys):
     out = tmp_path / "out"
@@ -35,11 +44,7 @@ def test_a_bad_row_fails_the_fit_with_one_line_naming_it(pipeline_out, trainer_t
     for table in ("repairs", "preferences", "consistency"):  # trajectories alone: a short feed
         shutil.rmtree(out / table, ignore_errors=True)
     row_id = _with_unknown_span_kind(out)
-    code = main(["fit", "--config", str(ROOT / "configs" / "train_tiny.yaml"),
-                 "--set", f"shards={out}", "--set", f"tokenizer={trainer_tokenizer}",
-                 "--set", f"run_dir={tmp_path / 'run'}", "--set", "run.max_steps=2",
-                 "--set", "run.progress=false", "--set", "data.max_seq_len=256"])
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    code, last = _fit(out, trainer_tokenizer, tmp_path, capsys, "data.max_seq_len=256")
     assert code == 1
     assert last.startswith(f"training failed: bad data: {out}/trajectories/part-000000.parquet: "
                            f"row id={row_id!r} (row 0): column 'spans' has a span of unknown "
@@ -68,11 +73,8 @@ def test_a_repairs_column_of_another_type_is_refused_before_training(pipeline_ou
              for row in table.column("spans").to_pylist()]
     pq.write_table(table.set_column(table.column_names.index("spans"), "spans",
                                     pa.array(spans, text_start)), shard)
-    code = main(["fit", "--config", str(ROOT / "configs" / "train_tiny.yaml"),
-                 "--set", f"shards={out}", "--set", f"tokenizer={trainer_tokenizer}",
-                 "--set", f"run_dir={tmp_path / 'run'}", "--set", "run.max_steps=2",
-                 "--set", "run.progress=false", "--set", "data.tables=[trajectories, repairs]"])
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    code, last = _fit(out, trainer_tokenizer, tmp_path, capsys,
+                      "data.tables=[trajectories, repairs]")
     assert code == 2
     assert last == (f"cannot train: {shard}: columns of another type than the data contract's: "
                     f"spans is list<element: struct<kind: string, start: string, end: int32, "
