@@ -35,6 +35,15 @@ class SampledTurn:
     finish_reason: str
 
 
+def check_logit_bias(sampling: SamplingConfig, vocab_size: int) -> None:
+    """A ValueError naming the `logit_bias` token ids past the model's logits: each turn would
+    index past them (IndexError in every row, the run "complete"); with the model loaded, the
+    chunk worker's setup reports it before any chunk runs."""
+    if outside := sorted(token for token in sampling.logit_bias if token >= vocab_size):
+        raise ValueError(f"teacher.sampling.logit_bias: token id(s) {outside[:5]} outside the "
+                         f"model's {vocab_size:,} logits")
+
+
 def _choose(logits: Any, sampling: SamplingConfig, generator: Any) -> Any:
     """Next token per row: greedy at temperature 0, else temperature + top-p sampling."""
     import torch
@@ -66,6 +75,7 @@ class HFBackend(BatchedTurnBackend):
         self.tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_name)
         self.model = AutoModelForCausalLM.from_pretrained(
             config.model, dtype=getattr(torch, config.dtype)).to(config.device).eval()
+        check_logit_bias(sampling, self.model.config.vocab_size)
         self.im_end_id = self.tokenizer.convert_tokens_to_ids(IM_END)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.im_end_id

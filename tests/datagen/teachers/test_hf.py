@@ -158,3 +158,14 @@ def test_hf_teacher_in_the_ray_pipeline_writes_aligned_topk(ray_head, tiny_model
                                         row["input_ids"], row["span_ids"],
                                         row["teacher_topk_ids"], row["teacher_topk_logprobs"], K)
         assert generated == meta["completion_tokens"]
+
+
+def test_a_logit_bias_past_the_models_logits_is_refused_when_the_model_loads(tiny_model):
+    """Before, every turn indexed past the logits: an IndexError in every row, the run
+    "complete"; now the chunk worker's setup reports it before any chunk runs."""
+    from datagen.teachers.hf import HFBackend
+
+    config = _hf_config(tiny_model, logit_bias={1_000_000: 1.0, 5: -1.0})
+    with pytest.raises(ValueError, match=r"^teacher.sampling.logit_bias: token id\(s\) "
+                                         r"\[1000000\] outside the model's [\d,]+ logits$"):
+        HFBackend(config.hf, config.sampling)
