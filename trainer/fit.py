@@ -154,7 +154,7 @@ def init_ray(address: str | None) -> bool:
     if there is one: not started here."""
     import ray
 
-    from datagen.pipeline.cluster import check_address
+    from datagen.pipeline.cluster import check_address, started_here
 
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS")
@@ -162,7 +162,7 @@ def init_ray(address: str | None) -> bool:
         runtime_env = {"env_vars": job_env_vars()}
         ray.init(address=address, include_dashboard=None if address else True,
                  logging_level=logging.WARNING, runtime_env=runtime_env)
-    return bool(getattr(getattr(ray._private.worker, "_global_node", None), "head", False))
+    return started_here()
 
 
 def parquet_reader_without_actors() -> None:

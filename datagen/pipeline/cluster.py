@@ -44,6 +44,11 @@ def init_ray(address: str | None = None) -> bool:
         address = address or os.environ.get("RAY_ADDRESS") or None
         check_address(address)
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+    return started_here()
+
+
+def started_here() -> bool:
+    """Whether this process started the head of the Ray it is connected to."""
     return bool(getattr(getattr(ray._private.worker, "_global_node", None), "head", False))
 
 
