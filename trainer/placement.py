@@ -23,7 +23,7 @@ import os
 from typing import Iterator
 
 from datagen.pipeline.cluster import ClusterError, cluster_has
-from datagen.pipeline.placement import ceiling
+from datagen.pipeline.placement import ceiling, fits
 from trainer.config import ScalingConfig, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -55,13 +55,10 @@ def place_workers(scaling: ScalingConfig, started_here: bool) -> None:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    def exceeds(limit: dict[str, float]) -> bool:
-        return any(amount > limit.get(name, 0) for name, amount in all_workers(scaling).items())
-
     limit = ceiling(started_here)
-    if limit is not None and exceeds(limit):
+    if limit is not None and not fits(all_workers(scaling), limit):
         raise never_placed(scaling)
-    if exceeds(ray.cluster_resources()):
+    if not fits(all_workers(scaling), ray.cluster_resources()):
         log.warning("waiting up to %gs (scaling.worker_start_timeout_s) for the cluster to "
                     "grow: %s", scaling.worker_start_timeout_s, describe(scaling))
     group = placement_group([worker_resources(scaling)] * scaling.num_workers,

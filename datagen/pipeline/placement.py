@@ -19,8 +19,7 @@ import ray
 
 from datagen.config import GenerateConfig
 from datagen.pipeline.cluster import ClusterError, cluster_has
-from datagen.teachers.vllm_placement import (ENGINE_PLACE_TIMEOUT_S, TP_BUNDLE, describe_engine,
-                                             engine_shape)
+from datagen.teachers.vllm_placement import TP_BUNDLE, describe_engine, engine_shape
 
 log = logging.getLogger(__name__)
 Resources = dict[str, float]
@@ -57,9 +56,10 @@ def check_engines(config: GenerateConfig, worker: Resources, started_here: bool)
     problem = _never_fits(config, total, started_here)
     if problem:
         raise ClusterError(f"the cluster can never place the vLLM engines: {problem}")
-    if not _fits(total, ray.cluster_resources()):
+    if not fits(total, ray.cluster_resources()):
         log.warning("the cluster cannot hold the vLLM engines now; each chunk worker waits up "
-                    "to %gs for them: %s", ENGINE_PLACE_TIMEOUT_S, _in_all(config, total))
+                    "to %gs (teacher.vllm.place_timeout_s) for them: %s",
+                    config.teacher.vllm.place_timeout_s, _in_all(config, total))
 
 
 def _never_fits(config: GenerateConfig, total: Resources, started_here: bool) -> str | None:
@@ -69,11 +69,11 @@ def _never_fits(config: GenerateConfig, total: Resources, started_here: bool) ->
                 f"GPU 1, CPU 1 bundles, which teacher.vllm.num_cpus={vllm.num_cpus:g} does not "
                 f"fit (at most 1)")
     shape = engine_shape(vllm)
-    if started_here and not any(_fits(shape, node) for node in _alive_nodes()):
+    if started_here and not any(fits(shape, node) for node in _alive_nodes()):
         return f"no node holds one engine ({describe_engine(vllm)}); the cluster has " \
                f"{cluster_has(shape)}"
     limit = ceiling(started_here)
-    if limit is not None and not _fits(total, limit):
+    if limit is not None and not fits(total, limit):
         autoscaled = "" if started_here else ", at most " + ", ".join(
             f"{name} {limit.get(name, 0):g}" for name in total) + " with its autoscaler"
         return f"{_in_all(config, total)}{autoscaled}"
@@ -91,7 +91,8 @@ def _alive_nodes() -> list[Resources]:
     return [node["Resources"] for node in ray.nodes() if node.get("Alive")]
 
 
-def _fits(wanted: Resources, offered: Resources) -> bool:
+def fits(wanted: Resources, offered: Resources) -> bool:
+    """Every resource `wanted` is there in `offered` (a node, the cluster, a ceiling)."""
     return all(amount <= offered.get(name, 0) for name, amount in wanted.items())
 
 

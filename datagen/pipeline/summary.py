@@ -9,6 +9,8 @@ from typing import Any
 from datagen.pipeline.shards import ChunkRecord
 from datagen.pipeline.stages.base import Stage
 
+MAX_CHUNKS_NAMED = 10  # of the chunks that failed for one reason, the summary names this many
+
 
 def stage_stats(stages: list[type[Stage]], records: list[ChunkRecord]) -> dict[str, Any]:
     """Stage name -> the run's counts, each stage merging its chunks' own (the manifest's
@@ -87,10 +89,23 @@ class RunSummary:
             lines.append(f"retried: {self.requeued} chunk(s) went back to the queue after their "
                          "worker was lost")
         lines.extend(f"note: {note}" for note in self.notes)
-        for chunk, error in self.failed_chunks:
-            lines.append(f"FAILED chunk {chunk}: {error} (rerun the same command to retry)")
+        lines.extend(failed_lines(self.failed_chunks))
         lines.append(f"look inside: datagen inspect {self.out}")
         return "\n".join(lines)
+
+
+def failed_lines(failed: list[tuple[int, str]], shown: int = MAX_CHUNKS_NAMED) -> list[str]:
+    """One line per distinct reason, naming its first chunks: when every chunk fails the same
+    way (an engine that cannot start, a bad key), 10,000 chunks give one line, not 10,000."""
+    by_reason: dict[str, list[int]] = {}
+    for chunk, error in failed:
+        by_reason.setdefault(error, []).append(chunk)
+    lines = []
+    for error, chunks in by_reason.items():
+        named = ", ".join(map(str, chunks[:shown])) + (", ..." if len(chunks) > shown else "")
+        which = f"chunk {chunks[0]}" if len(chunks) == 1 else f"{len(chunks):,} chunks ({named})"
+        lines.append(f"FAILED {which}: {error} (rerun the same command to retry)")
+    return lines
 
 
 def summarise(stages: list[type[Stage]], records: list[ChunkRecord],

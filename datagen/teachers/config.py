@@ -138,6 +138,16 @@ def ray_amount_problem(amount: float, gpus: bool = False) -> str | None:
     return None
 
 
+def check_logit_bias(sampling: SamplingConfig, vocab_size: int) -> None:
+    """A ValueError naming the `logit_bias` token ids past the model's logits, which a config
+    cannot know (TokenId stops at 2^24): hf would index past its logits (IndexError in every
+    row, the run "complete"), vLLM refuses each request. The hf teacher checks when its model
+    loads, the vllm engine actor when its engine starts."""
+    if outside := sorted(token for token in sampling.logit_bias if token >= vocab_size):
+        raise ValueError(f"teacher.sampling.logit_bias: token id(s) {outside[:5]} outside the "
+                         f"model's {vocab_size:,} logits")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -275,6 +285,17 @@ class VLLMConfig(_Strict):
                                          "most 2^20)")
     engine_kwargs: dict[str, Any] = Field(default_factory=dict, description="extra "
                                           "AsyncEngineArgs fields")
+    place_timeout_s: Seconds = Field(300.0, description="how long each chunk worker waits, "
+                                     "once, for Ray to place the engine actors (other jobs "
+                                     "holding the resources, an autoscaler adding a node); past "
+                                     "it the worker's chunks fail (EngineNotReady, no marker: a "
+                                     "rerun retries them). Raise it on a cluster that scales up "
+                                     "slowly; 0.001 s .. 1 week")
+    start_timeout_s: Seconds = Field(1800.0, description="how long each chunk worker then "
+                                     "waits, once, for the placed engines to load the model and "
+                                     "start; past it the worker's chunks fail as above. Raise "
+                                     "it for large models on slow storage or the CPU build; "
+                                     "0.001 s .. 1 week")
 
     @field_validator("num_gpus", "num_cpus")
     @classmethod

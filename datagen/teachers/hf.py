@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datagen.chat import IM_END
-from datagen.teachers.config import HFConfig, SamplingConfig, TeacherConfig
+from datagen.teachers.config import HFConfig, SamplingConfig, TeacherConfig, check_logit_bias
 from datagen.teachers.episode import Generation, TurnRequest
 from datagen.teachers.llm import LLMTeacher
 from datagen.teachers.microbatch import BatchedTurnBackend
@@ -33,15 +33,6 @@ class SampledTurn:
     topk_ids: list[list[int]]
     topk_logprobs: list[list[float]]
     finish_reason: str
-
-
-def check_logit_bias(sampling: SamplingConfig, vocab_size: int) -> None:
-    """A ValueError naming the `logit_bias` token ids past the model's logits: each turn would
-    index past them (IndexError in every row, the run "complete"); with the model loaded, the
-    chunk worker's setup reports it before any chunk runs."""
-    if outside := sorted(token for token in sampling.logit_bias if token >= vocab_size):
-        raise ValueError(f"teacher.sampling.logit_bias: token id(s) {outside[:5]} outside the "
-                         f"model's {vocab_size:,} logits")
 
 
 def _choose(logits: Any, sampling: SamplingConfig, generator: Any) -> Any:

@@ -12,8 +12,11 @@ prompt is the exact token trace (`TokensPrompt`), never re-tokenised text. Each 
 splits its batch across the engines; engines are named actors, so every worker of the run
 shares them (the first to ask creates them; they live as long as their creator). With
 tensor_parallel_size > 1 an engine gets a placement group with one GPU bundle per rank and vLLM
-starts its Ray workers inside it. Engines not placed or not started within a bound fail the
-chunk (EngineNotReady, datagen/teachers/vllm_placement.py), never hang it.
+starts its Ray workers inside it. Engines not placed or not started within
+`teacher.vllm.place_timeout_s` / `start_timeout_s`, or whose start raised, fail the chunk
+(EngineNotReady, datagen/teachers/vllm_placement.py), never hang it. An engine refuses, when it
+starts, `teacher.sampling.logit_bias` token ids past its vocabulary (else vLLM refused every
+request: every row failed, the run "complete").
 
 An engine actor that dies (OOM kill, crash, its node lost) is restarted by Ray
 (`ENGINE_MAX_RESTARTS`; on another node if its own is gone and resources allow): the handle
@@ -37,10 +40,9 @@ import ray
 from datagen.chat import IM_END
 from datagen.envs import make_env
 from datagen.teachers.base import Teacher, describe_exception, failed_trajectory
-from datagen.teachers.config import SamplingConfig, TeacherConfig, VLLMConfig
+from datagen.teachers.config import SamplingConfig, TeacherConfig, VLLMConfig, check_logit_bias
 from datagen.teachers.episode import EnvLeases, EpisodeRunner, Generation, TurnBackend, TurnRequest
-from datagen.teachers.vllm_placement import (ENGINE_PLACE_TIMEOUT_S, ENGINE_START_TIMEOUT_S,
-                                             EngineNotReady, engine_bundles, wait_engines_ready)
+from datagen.teachers.vllm_placement import EngineNotReady, engine_bundles, wait_engines_ready
 from datagen.teachers.weight_gate import WeightGate
 from datagen.types import Task, Trajectory, stable_hash
 
@@ -101,10 +103,16 @@ class VLLMBackend(TurnBackend):
         return AsyncEngineArgs(**kwargs)
 
     async def start(self) -> None:
-        if self.engine is None:  # once per actor: the engine outlives batches
+        """Start the engine once per actor (it outlives batches). `teacher.sampling.logit_bias`
+        token ids past the model's vocabulary (the bound vLLM checks each request against) raise
+        before the weights load (the model's config alone, ~0.1 s), on every call: no engine
+        starts, so no worker's `ready` passes."""
+        if self.engine is None:
             from vllm.v1.engine.async_llm import AsyncLLM
 
-            self.engine = AsyncLLM.from_engine_args(self.engine_args())
+            args = self.engine_args()
+            check_logit_bias(self.sampling, args.create_model_config().get_vocab_size())
+            self.engine = AsyncLLM.from_engine_args(args)
 
     def sampling_params(self, max_tokens: int, min_tokens: int = 0) -> Any:
         """A turn's sampling; `min_tokens` holds back <|im_end|> and stops until that many
@@ -233,8 +241,6 @@ class VLLMTeacher(Teacher):
     """Client side (in each chunk worker): sends each batch, split evenly, to the engines."""
 
     engine_class: type = VLLMEngineActor  # the actor that holds an engine
-    place_timeout_s: float = ENGINE_PLACE_TIMEOUT_S  # bounds of the first wait for the engines
-    start_timeout_s: float = ENGINE_START_TIMEOUT_S
 
     def __init__(self, config: TeacherConfig) -> None:
         self.name = config.name or config.backend
@@ -267,10 +273,12 @@ class VLLMTeacher(Teacher):
 
     def engines(self) -> list[Any]:
         """The run's engine actors, started and ready; EngineNotReady when they are not within
-        the bounds (waited for once: later calls check without waiting, see vllm_placement)."""
+        teacher.vllm.place_timeout_s / start_timeout_s, or their start raised (waited for once:
+        later calls check without waiting, see vllm_placement)."""
         engines = self.start_engines()
         if self._ready:
-            waits = (0.0, 0.0) if self._not_ready else (self.place_timeout_s, self.start_timeout_s)
+            vllm = self.config.vllm
+            waits = (0.0, 0.0) if self._not_ready else (vllm.place_timeout_s, vllm.start_timeout_s)
             try:
                 wait_engines_ready(self._placed, self._ready, self.config.vllm, *waits)
             except EngineNotReady as exc:

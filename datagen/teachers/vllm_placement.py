@@ -9,11 +9,14 @@ the resources, an autoscaler adding a node) is waited for here, boundedly. Befor
 worker waited on the engines with no bound: `num_cpus: 1000`, or `num_gpus: 1` on a CPU-only
 cluster, hung the run at its first batch.
 
-A chunk worker waits once: ENGINE_PLACE_TIMEOUT_S for the engines to be placed, then
-ENGINE_START_TIMEOUT_S for them to load. Past either, the batch raises EngineNotReady, so the
-chunk fails with that reason in the summary and no marker: a rerun retries it. Later batches of
-that worker check without waiting and fail at once while the engines are still not ready (one
-wait per worker, not one per chunk: 100 chunks do not take 100 x 300 s to fail).
+A chunk worker waits once: `teacher.vllm.place_timeout_s` (default 300 s) for the engines to be
+placed, then `teacher.vllm.start_timeout_s` (default 1,800 s) for them to load. Past either, or
+when an engine's start raised (a model that does not load, `teacher.sampling.logit_bias` ids
+past its vocabulary), the batch raises EngineNotReady, in one line that names the field to
+change where there is one, so the chunk fails with that reason in the summary and no marker: a
+rerun retries it. Later
+batches of that worker check without waiting and fail at once while the engines are still not
+ready (one wait per worker, not one per chunk: 100 chunks do not take 100 x 300 s to fail).
 """
 
 from __future__ import annotations
@@ -24,16 +27,12 @@ import ray
 
 from datagen.teachers.config import VLLMConfig
 
-# Not config fields (teacher.vllm is another's to change): the defaults of the run-only
-# worker_start_timeout_s (placement) and worker_setup_timeout_s (a model loads), which bound
-# the same two waits for chunk workers but do not reach the teacher.
-ENGINE_PLACE_TIMEOUT_S = 300.0
-ENGINE_START_TIMEOUT_S = 1800.0
 TP_BUNDLE = {"GPU": 1.0, "CPU": 1.0}  # one tensor-parallel rank; the actor runs in one
 
 
 class EngineNotReady(RuntimeError):
-    """The run's vLLM engines were not placed, or did not start, within the bound."""
+    """The run's vLLM engines were not placed, or did not start, within the bound; or an
+    engine's start raised."""
 
 
 def engine_bundles(config: VLLMConfig) -> list[dict[str, float]]:
@@ -62,18 +61,30 @@ def describe_engine(config: VLLMConfig) -> str:
 def wait_engines_ready(placed: list[Any], ready: list[Any], config: VLLMConfig,
                        place_s: float, start_s: float) -> None:
     """Wait for the engines' actors to be placed (`placed`: their `__ray_ready__`), then for
-    their engines (`ready`); EngineNotReady past a bound. An engine that failed to start
-    raises its own error, as `ray.get` gives it."""
+    their engines (`ready`); EngineNotReady past a bound, or with the first line of the error
+    of an engine whose start raised (not Ray's traceback dump). An actor that died in its
+    constructor raises its own error, as `ray.get` gives it."""
     done, _ = ray.wait(placed, num_returns=len(placed), timeout=place_s)
     if len(done) < len(placed):
         raise EngineNotReady(
             f"{len(placed) - len(done)} of {len(placed)} vLLM engine actors not placed within "
-            f"{place_s:g}s ({describe_engine(config)}; teacher.vllm.num_engines="
-            f"{config.num_engines}): other jobs may hold the resources, or an autoscaler "
-            f"still be adding nodes")
+            f"{place_s:g}s (teacher.vllm.place_timeout_s; {describe_engine(config)}; "
+            f"teacher.vllm.num_engines={config.num_engines}): other jobs may hold the "
+            f"resources, or an autoscaler still be adding nodes")
+    ray.get(placed)  # an actor that died in its constructor raises here
     try:
-        ray.get(placed)  # an actor that died in its constructor raises here
         ray.get(ready, timeout=start_s)
     except ray.exceptions.GetTimeoutError:
         raise EngineNotReady(f"vLLM engines placed but not started within {start_s:g}s "
-                             f"(loading {config.model})") from None
+                             f"(teacher.vllm.start_timeout_s; loading {config.model})") from None
+    except ray.exceptions.RayTaskError as exc:  # ready() raised in the engine actor
+        # the reason before the model's path: a chunk's reason is cut at 300 characters
+        raise EngineNotReady(f"a vLLM engine failed to start: {_first_line(exc)} (loading "
+                             f"{config.model})") from None
+
+
+def _first_line(exc: ray.exceptions.RayTaskError) -> str:
+    """`Type: first line` of the actor's own error, else of Ray's wrapper."""
+    cause = getattr(exc, "cause", None) or exc
+    lines = str(cause).strip().splitlines() or [""]
+    return f"{type(cause).__name__}: {lines[0][:300]}"

@@ -38,6 +38,14 @@ NAMED = {"worker_resources.datagen": "worker_resources", "worker_resources.x": "
     (VLLM, "teacher.vllm.num_gpus", 1e300, "more than Ray lets a node offer"),
     (VLLM, "teacher.vllm.num_gpus", 1.5, "more than 1 GPU only as a whole number"),
     ({}, "worker_resources.datagen", 1e300, "'datagen': over 1e+14"),
+    # the chunk workers' waits for the engines: 0 gave up on every engine at once, 1e300
+    # waited forever on one never placed
+    (VLLM, "teacher.vllm.place_timeout_s", 0, "0 is outside [0.001, 604800] (seconds"),
+    (VLLM, "teacher.vllm.place_timeout_s", -5, "-5 is outside [0.001, 604800]"),
+    (VLLM, "teacher.vllm.place_timeout_s", 1e300, "1e+300 is outside [0.001, 604800]"),
+    (VLLM, "teacher.vllm.start_timeout_s", 0, "0 is outside [0.001, 604800] (seconds"),
+    (VLLM, "teacher.vllm.start_timeout_s", -1800, "-1800 is outside [0.001, 604800]"),
+    (VLLM, "teacher.vllm.start_timeout_s", 1e300, "1e+300 is outside [0.001, 604800]"),
     # workers given up at once, after Ray was started
     ({}, "worker_start_timeout_s", 1e-300, "greater than or equal to 0.001"),
     ({}, "worker_setup_timeout_s", 1e-300, "greater than or equal to 0.001"),
@@ -80,6 +88,14 @@ def test_the_bounds_themselves_load():
         vllm = load_config(None, {**VLLM, "teacher.vllm.num_gpus": gpus,
                                   "teacher.vllm.num_cpus": cpus}).teacher.vllm
         assert (vllm.num_gpus, vllm.num_cpus) == (gpus, cpus)
+
+
+def test_the_vllm_engine_waits_default_to_5_and_30_minutes_and_take_their_bounds():
+    defaults = load_config(None, VLLM).teacher.vllm
+    assert (defaults.place_timeout_s, defaults.start_timeout_s) == (300, 1800)
+    vllm = load_config(None, {**VLLM, "teacher.vllm.place_timeout_s": 0.001,
+                              "teacher.vllm.start_timeout_s": 604800}).teacher.vllm
+    assert (vllm.place_timeout_s, vllm.start_timeout_s) == (0.001, 604800)
 
 
 def test_ray_rules_are_rays_own():

@@ -102,8 +102,20 @@ def test_a_run_whose_chunks_all_failed_is_not_called_complete():
     text = _summary(failed_chunks=[(0, "boom"), (1, "boom")]).format()
     assert "nothing to do" not in text and "already complete" not in text
     assert "INCOMPLETE, 2 chunk(s) failed" in text and "no chunk was written" in text
-    assert "FAILED chunk 1: boom" in text
+    assert "FAILED 2 chunks (0, 1): boom (rerun the same command to retry)" in text
     assert "nothing to do" in _summary(complete=True).format()
+
+
+def test_failed_chunks_are_listed_once_per_reason_naming_the_first_ten():
+    """Before, one line per failed chunk: an engine that cannot start failed all 10,000 chunks
+    of a run, and the summary was 10,000 lines of the same reason."""
+    failed = [(index, "EngineNotReady: not placed") for index in range(10_000)]
+    failed.insert(3, (20_000, "OSError: disk full"))
+    lines = _summary(failed_chunks=failed).format().splitlines()
+    assert [line for line in lines if line.startswith("FAILED")] == [
+        "FAILED 10,000 chunks (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ...): EngineNotReady: not placed "
+        "(rerun the same command to retry)",
+        "FAILED chunk 20000: OSError: disk full (rerun the same command to retry)"]
 
 
 def test_stage_shares_come_from_the_chunk_records():

@@ -1,6 +1,7 @@
 """FAKES for the engine-placement tests, importable by Ray workers through `env_modules`: the
-`vllm` teacher with second-long bounds on its wait for the engines (the real ones are minutes),
-and an engine actor whose engine never finishes starting. No model is loaded."""
+`vllm` teacher with the fake engine (no model is loaded; the tests give it second-long
+`teacher.vllm.place_timeout_s` / `start_timeout_s`), and engine actors whose engine never
+finishes starting or fails to."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import asyncio
 
 from datagen.teachers.registry import register_backend
 from datagen.teachers.vllm_engine import VLLMTeacher
-from tests.datagen.teachers.engine_fakes import FakeSlowEngineActor
+from tests.datagen.teachers.engine_fakes import FakeSlowEngineActor, FakeSlowEngineTeacher
 
-SHORT_WAIT_S = 2.0
+SHORT_WAIT_S = 2.0  # the tests' place_timeout_s and start_timeout_s (the defaults are minutes)
 
 
 class FakeNeverStartingEngineActor(FakeSlowEngineActor):
@@ -21,16 +22,21 @@ class FakeNeverStartingEngineActor(FakeSlowEngineActor):
         return {}
 
 
-class FakeShortWaitEngineTeacher(VLLMTeacher):
-    """The real client with the fake engine and SHORT_WAIT_S for both waits."""
+class FakeFailingStartEngineActor(FakeSlowEngineActor):
+    """Placed at once; its engine's start raises, with a message of several lines (as a model
+    that does not load would)."""
 
-    engine_class = FakeSlowEngineActor
-    place_timeout_s = start_timeout_s = SHORT_WAIT_S
+    async def ready(self) -> dict:
+        raise RuntimeError("the engine did not load\n  (details over several lines)")
 
 
-class FakeNeverStartingEngineTeacher(FakeShortWaitEngineTeacher):
+class FakeNeverStartingEngineTeacher(VLLMTeacher):
     engine_class = FakeNeverStartingEngineActor
 
 
-register_backend("fake_short_wait_vllm", lambda config, work_dir: FakeShortWaitEngineTeacher(
-    config), "vllm", "FAKE: the vllm client with second-long waits for its engines (tests)")
+class FakeFailingStartEngineTeacher(VLLMTeacher):
+    engine_class = FakeFailingStartEngineActor
+
+
+register_backend("fake_slow_vllm", lambda config, work_dir: FakeSlowEngineTeacher(config),
+                 "vllm", "FAKE: the vllm client with a fake engine that loads no model (tests)")

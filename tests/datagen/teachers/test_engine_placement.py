@@ -2,8 +2,9 @@
 on a CPU-only cluster, tensor_parallel_size 2 without GPUs each hung `datagen generate` at its
 first batch). On a Ray the run started they are refused before any chunk runs, in one line
 naming teacher.vllm.* (exit 2); on a cluster that may grow each chunk worker waits for them
-once, boundedly, and the chunks fail with the reason (no marker: a rerun retries them). On the
-session's 2-CPU head, with fake engines (engine_placement_fakes) where a wait is involved."""
+once, at most teacher.vllm.place_timeout_s / start_timeout_s, and the chunks fail with the
+reason (no marker: a rerun retries them). On the session's 2-CPU head, with fake engines
+(engine_fakes, engine_placement_fakes) where a wait is involved."""
 
 from __future__ import annotations
 
@@ -19,10 +20,14 @@ from datagen.pipeline import driver
 from datagen.pipeline.cluster import ClusterError
 from datagen.pipeline.placement import check_engines
 from datagen.pipeline.workers import LivenessPolicy
+from datagen.teachers.config import TeacherConfig
+from datagen.teachers.vllm_engine import VLLMTeacher
 from datagen.teachers.vllm_placement import EngineNotReady
-from tests.datagen.teachers.engine_fakes import fake_engine_config
-from tests.datagen.teachers.engine_placement_fakes import (FakeNeverStartingEngineTeacher,
-                                                           FakeShortWaitEngineTeacher)
+from tests.datagen.teachers.engine_fakes import (FakeSlowEngineActor, FakeSlowEngineTeacher,
+                                                 fake_engine_config)
+from tests.datagen.teachers.engine_placement_fakes import (SHORT_WAIT_S,
+                                                           FakeFailingStartEngineTeacher,
+                                                           FakeNeverStartingEngineTeacher)
 from tests.datagen.teachers.helpers import make_tasks
 
 HAS = r"\([\d.]+ free now\)"
@@ -71,9 +76,11 @@ def test_a_cluster_that_may_grow_is_waited_for_but_a_bundle_too_small_is_refused
     """Not started here: a node may join, so num_cpus 1000 is waited for (by the workers).
     An engine actor runs in one of its tensor-parallel bundles of CPU 1 on any cluster."""
     worker = LivenessPolicy().wanted
-    check_engines(GenerateConfig(teacher=_vllm(num_cpus=1000, num_gpus=0)), worker, False)
-    assert "the cluster cannot hold the vLLM engines now; each chunk worker waits up to 300s " \
-           "for them: teacher.vllm.num_engines=1 x (teacher.vllm.num_cpus=1000" in caplog.text
+    check_engines(GenerateConfig(teacher=_vllm(num_cpus=1000, num_gpus=0, place_timeout_s=45)),
+                  worker, False)
+    assert "the cluster cannot hold the vLLM engines now; each chunk worker waits up to 45s " \
+           "(teacher.vllm.place_timeout_s) for them: teacher.vllm.num_engines=1 x " \
+           "(teacher.vllm.num_cpus=1000" in caplog.text
     with pytest.raises(ClusterError, match=re.escape(
             "the cluster can never place the vLLM engines: with teacher.vllm."
             "tensor_parallel_size > 1 the engine actor runs in one of its GPU 1, CPU 1 bundles, "
@@ -121,22 +128,31 @@ def _within(seconds: float, call):
     return result["value"]
 
 
+def _fake_teacher(teacher_class: type, **vllm) -> VLLMTeacher:
+    """`teacher_class` on the fakes' config with these teacher.vllm fields (validated, as a
+    config file's would be)."""
+    config = fake_engine_config("fake-short-wait").model_dump()
+    return teacher_class(TeacherConfig.model_validate(
+        {**config, "vllm": {**config["vllm"], **vllm}}))
+
+
+SHORT = {"place_timeout_s": SHORT_WAIT_S, "start_timeout_s": SHORT_WAIT_S}
+
+
 @pytest.mark.parametrize("teacher_class, vllm, reason", [
-    (FakeShortWaitEngineTeacher, {"num_cpus": 1000}, "1 of 1 vLLM engine actors not placed "
-     "within 2s (teacher.vllm.num_cpus=1000, num_gpus=0 -> CPU 1000 per engine; "
-     "teacher.vllm.num_engines=1): other jobs may hold the resources, or an autoscaler still "
-     "be adding nodes"),
-    (FakeShortWaitEngineTeacher, {"tensor_parallel_size": 2}, "1 of 1 vLLM engine actors not "
-     "placed within 2s (teacher.vllm.tensor_parallel_size=2 -> 2 bundles of GPU 1, CPU 1 on "
-     "one node per engine; teacher.vllm.num_engines=1)"),
+    (FakeSlowEngineTeacher, {"num_cpus": 1000}, "1 of 1 vLLM engine actors not placed "
+     "within 2s (teacher.vllm.place_timeout_s; teacher.vllm.num_cpus=1000, num_gpus=0 -> CPU "
+     "1000 per engine; teacher.vllm.num_engines=1): other jobs may hold the resources, or an "
+     "autoscaler still be adding nodes"),
+    (FakeSlowEngineTeacher, {"tensor_parallel_size": 2}, "1 of 1 vLLM engine actors not "
+     "placed within 2s (teacher.vllm.place_timeout_s; teacher.vllm.tensor_parallel_size=2 -> "
+     "2 bundles of GPU 1, CPU 1 on one node per engine; teacher.vllm.num_engines=1)"),
     (FakeNeverStartingEngineTeacher, {}, "vLLM engines placed but not started within 2s "
-     "(loading fake-engine)"),
+     "(teacher.vllm.start_timeout_s; loading fake-engine)"),
 ])
 def test_engines_not_ready_within_the_bound_fail_the_batch_then_later_batches_at_once(
         ray_head, teacher_class, vllm, reason):
-    config = fake_engine_config("fake-short-wait")
-    teacher = teacher_class(config.model_copy(update={
-        "vllm": config.vllm.model_copy(update=vllm)}))
+    teacher = _fake_teacher(teacher_class, **SHORT, **vllm)
     try:
         started = time.monotonic()
         with pytest.raises(EngineNotReady) as first:  # before: no bound, each of these hung
@@ -147,6 +163,40 @@ def test_engines_not_ready_within_the_bound_fail_the_batch_then_later_batches_at
         with pytest.raises(EngineNotReady) as again:  # this worker has waited: it checks only
             teacher.rollout_batch(make_tasks(2))
         assert time.monotonic() - started < 1 and str(again.value) == str(first.value)
+    finally:
+        _cleanup(teacher)
+
+
+@pytest.mark.parametrize("teacher_class, vllm, field", [
+    (FakeSlowEngineTeacher, {"num_cpus": 1000, "place_timeout_s": 3.5}, "place_timeout_s"),
+    (FakeNeverStartingEngineTeacher, {"start_timeout_s": 3.5}, "start_timeout_s"),
+])
+def test_the_waits_are_the_configured_ones(ray_head, teacher_class, vllm, field):
+    """Each bound is its teacher.vllm field (before: constants of 300 s and 1,800 s, which no
+    config changed); the other one, left at its default, does not come into it."""
+    teacher = _fake_teacher(teacher_class, **vllm)
+    try:
+        started = time.monotonic()
+        with pytest.raises(EngineNotReady, match=rf"within 3.5s \(teacher\.vllm\.{field}; "):
+            _within(60, lambda: teacher.rollout_batch(make_tasks(2)))
+        assert 3.5 <= time.monotonic() - started < 30
+    finally:
+        _cleanup(teacher)
+
+
+def test_an_engine_whose_start_raised_fails_the_batch_in_one_line_then_later_batches(ray_head):
+    """Before, the actor's error came back as Ray gives it (RayTaskError, its traceback in the
+    message: the chunk's reason was whatever its last line was); now EngineNotReady with the
+    error's first line, and the worker's later batches fail at once with the same."""
+    teacher = _fake_teacher(FakeFailingStartEngineTeacher)
+    try:
+        for _ in range(2):
+            started = time.monotonic()
+            with pytest.raises(EngineNotReady) as info:
+                _within(60, lambda: teacher.rollout_batch(make_tasks(2)))
+            assert str(info.value) == ("a vLLM engine failed to start: RuntimeError: the "
+                                       "engine did not load (loading fake-engine)")
+            assert time.monotonic() - started < 30
     finally:
         _cleanup(teacher)
 
@@ -162,14 +212,15 @@ def test_a_run_whose_engines_are_never_placed_fails_its_chunks_saying_why(ray_he
         out=str(out), num_trajectories=20, chunk_size=10, num_workers=1, progress=False,
         tokenizer=str(tiny_tokenizer_dir), **TRAJECTORIES_ONLY,
         env_modules=["tests.datagen.teachers.engine_placement_fakes"],
-        teacher={"backend": "fake_short_wait_vllm", "name": "fake-short-wait",
-                 "vllm": {"model": "fake-engine", "num_gpus": 0, "num_cpus": 1000}})
+        teacher={"backend": "fake_slow_vllm", "name": "fake-short-wait",
+                 "vllm": {"model": "fake-engine", "num_gpus": 0, "num_cpus": 1000, **SHORT}})
     summary = _within(120, lambda: run_generation(config))  # before: the first chunk hung
     assert not summary.complete and [chunk for chunk, _ in summary.failed_chunks] == [0, 1]
     for _, error in summary.failed_chunks:
         assert error.endswith("EngineNotReady: 1 of 1 vLLM engine actors not placed within 2s "
-                              "(teacher.vllm.num_cpus=1000, num_gpus=0 -> CPU 1000 per engine; "
-                              "teacher.vllm.num_engines=1): other jobs may hold the resources, "
-                              "or an autoscaler still be adding nodes"), error
-    assert "FAILED chunk 1: " in summary.format()
+                              "(teacher.vllm.place_timeout_s; teacher.vllm.num_cpus=1000, "
+                              "num_gpus=0 -> CPU 1000 per engine; teacher.vllm.num_engines=1): "
+                              "other jobs may hold the resources, or an autoscaler still be "
+                              "adding nodes"), error
+    assert "FAILED 2 chunks (0, 1): " in summary.format()
     assert not list((out / "_chunks").glob("chunk-*.json"))

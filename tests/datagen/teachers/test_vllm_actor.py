@@ -3,6 +3,7 @@ running concurrently beside it, trajectories and top-k landing in the shards."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import orjson
@@ -98,3 +99,32 @@ def test_a_killed_engine_is_restarted_and_its_batch_rerun(vllm_teacher, ray_head
         assert traj.error_kind != "engine_lost" and traj.meta["backend"] == "vllm", traj.error
     _, orphans = psutil.wait_procs(engine_procs, timeout=60)
     assert not orphans, f"processes of the killed engine still run: {orphans}"
+
+
+def test_a_logit_bias_past_the_vocabulary_fails_each_chunk_in_one_line(ray_head, tmp_path):
+    """Before, the engine started and vLLM refused every request: every row failed with its
+    reason and the run was "complete". Now the engine refuses the config when it starts and
+    each chunk fails naming teacher.sampling.logit_bias (exit 1 from the CLI). One more engine
+    start (num_cpus 0: beside the module's engine and the chunk worker on the 2-CPU head); the
+    chunk worker creates it, so it goes with the worker at the end of the run."""
+    from transformers import AutoConfig
+
+    from datagen.pipeline import run_generation
+
+    teacher = vllm_actor_config()
+    teacher["vllm"]["num_cpus"] = 0
+    teacher["sampling"]["logit_bias"] = {1_000_000: 1.0, 5: -1.0}
+    model = teacher["vllm"]["model"]
+    config = GenerateConfig(out=str(tmp_path / "out"), num_trajectories=8, chunk_size=4,
+                            envs=[{"name": "sql"}], teacher=teacher, num_workers=1,
+                            progress=False)
+    summary = run_generation(config)
+    reason = (f"EngineNotReady: a vLLM engine failed to start: ValueError: "
+              f"teacher.sampling.logit_bias: token id(s) [1000000] outside the model's "
+              f"{AutoConfig.from_pretrained(model).vocab_size:,} logits (loading {model})")
+    assert not summary.complete and [chunk for chunk, _ in summary.failed_chunks] == [0, 1]
+    for _, error in summary.failed_chunks:
+        assert error.endswith(reason) and "\n" not in error, error
+    text = summary.format()
+    assert re.search(rf"^FAILED 2 chunks \(0, 1\): (\S+\.)?{re.escape(reason)} \(rerun the same "
+                     rf"command to retry\)$", text, re.MULTILINE), text
