@@ -293,6 +293,10 @@ class GenerateConfig(StrictModel):
         "fails (in the summary) instead of being re-queued")
     max_worker_restarts: int = Field(
         3, ge=0, le=100, description="run-only: replacements per worker slot after a worker dies")
+    stop_after_failed_chunks: ChunkCount = Field(
+        5, ge=1, description="run-only: after this many chunks in a row failed (none written "
+        "between them: an endpoint down, an engine that cannot start, a full disk) no new chunk "
+        "starts; the run ends INCOMPLETE naming the reason, and a rerun resumes (at most 10^6)")
     worker_resources: dict[str, RayAmount] = Field(
         default_factory=dict, description="run-only: custom Ray resources each chunk worker "
         "asks for besides 1 CPU, e.g. {datagen: 1} to keep workers on nodes offering it")
@@ -412,7 +416,7 @@ class GenerateConfig(StrictModel):
 
 RUN_ONLY_FIELDS = {"out", "num_workers", "max_in_flight", "overwrite", "progress",
                    "worker_start_timeout_s", "worker_setup_timeout_s", "max_chunk_attempts",
-                   "max_worker_restarts", "worker_resources"}
+                   "max_worker_restarts", "worker_resources", "stop_after_failed_chunks"}
 
 
 def public_dump(config: GenerateConfig) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
@@ -30,6 +31,34 @@ from datagen.types import Task, Trajectory
 # Tasks generated ahead of a sequential teacher's rollouts: well under the 512 worlds an
 # environment's WorldCache keeps, whatever the mix of environments.
 SEQUENTIAL_SLICE = 256
+
+
+# Episodes of these kinds got nothing, or stopped getting anything, from the teacher's backend
+# (an endpoint down or refusing the key or model after its retries, an engine lost under them,
+# a rollout that raised), as opposed to what the model or the task did.
+NO_ANSWER_KINDS = frozenset({"generation_failed", "engine_lost", "rollout_raised"})
+# A chunk of at least this many trajectories, all of NO_ANSWER_KINDS, fails instead of being
+# written: that is the teacher, not its tasks. Smaller chunks are written as they are (a few
+# tasks may fail alone, and a chunk that always fails would never let the run complete).
+MIN_TRAJECTORIES_JUDGED = 8
+
+
+class TeacherAnsweredNone(RuntimeError):
+    """Every episode of a chunk ended because the teacher's backend did not answer."""
+
+
+def check_teacher_answered(trajectories: list[Trajectory]) -> None:
+    """TeacherAnsweredNone when the teacher answered none of a chunk's episodes to the end.
+    Before, such a chunk was written as failed rows and marked complete: a run against a
+    mistyped endpoint or key wrote 5M `generation_failed` rows, "complete", exit 0, and the
+    rerun after the fix found nothing to do."""
+    if len(trajectories) < MIN_TRAJECTORIES_JUDGED:
+        return
+    kinds = Counter(traj.error_kind for traj in trajectories)
+    if kinds.keys() <= NO_ANSWER_KINDS:
+        counts = ", ".join(f"{kind} {count:,}" for kind, count in kinds.most_common())
+        raise TeacherAnsweredNone(f"every episode failed in the teacher's backend ({counts}): "
+                                  f"{(trajectories[0].error or '')[:200]}")
 
 
 @dataclass(frozen=True)
@@ -181,6 +210,7 @@ class ChunkProcessor:
         stage (the shard store adds "write"), so a run can say where its time went."""
         started, clock = time.perf_counter(), StageClock()
         trajectories = self.rollout(chunk)
+        check_teacher_answered(trajectories)
         clock.lap("rollout")
         seconds_rollout = time.perf_counter() - started
         tables, stage_stats = self.run_stages(trajectories, clock)

@@ -12,7 +12,11 @@ outcome of every handle. Rules:
   forever for it);
 - a lost worker's chunks go back to the front of the queue; the one it was running (its
   oldest: an actor runs its calls in order) is charged an attempt, and after `max_attempts`
-  it fails with the reason, so a chunk that kills every worker cannot loop forever.
+  it fails with the reason, so a chunk that kills every worker cannot loop forever;
+- after `stop_after` chunks in a row failed (none written between them) no new chunk starts:
+  the chunks in flight finish, the queue is dropped (`not_started`). A failure every chunk
+  meets (the teacher's endpoint down, an engine that cannot start) otherwise ran, or waited
+  out its retries, once per chunk: 10,000 times in a 5M run, for nothing a rerun keeps.
 """
 
 from __future__ import annotations
@@ -24,10 +28,14 @@ from datagen.pipeline.chunk import Chunk
 
 
 class ChunkDispatch:
-    def __init__(self, chunks: Iterable[Chunk], max_in_flight: int, max_attempts: int) -> None:
+    def __init__(self, chunks: Iterable[Chunk], max_in_flight: int, max_attempts: int,
+                 stop_after: int | None = None) -> None:
         self.queue: deque[Chunk] = deque(chunks)
         self.max_in_flight = max_in_flight
         self.max_attempts = max_attempts
+        self.stop_after = stop_after  # failed chunks in a row that stop new ones (None: never)
+        self.failed_in_a_row = 0
+        self.not_started: list[Chunk] = []  # dropped from the queue when the run stopped
         self.in_flight: dict[Any, tuple[int, Chunk]] = {}
         self.per_slot: dict[int, list[Any]] = {}  # handles in submission order
         self.attempts: Counter[int] = Counter()  # chunk index -> attempts lost with a worker
@@ -60,8 +68,16 @@ class ChunkDispatch:
         self.per_slot[slot].remove(handle)
         return slot, chunk
 
+    def written(self) -> None:
+        """A chunk was written: the failures so far were not in a row."""
+        self.failed_in_a_row = 0
+
     def fail(self, chunk: Chunk, reason: str) -> None:
         self.failed.append((chunk, reason))
+        self.failed_in_a_row += 1
+        if self.stop_after is not None and self.failed_in_a_row >= self.stop_after:
+            self.not_started.extend(self.queue)
+            self.queue.clear()
 
     def worker_lost(self, slot: int, reason: str) -> list[Chunk]:
         """Take back every chunk of `slot`; returns the chunks that failed for good."""

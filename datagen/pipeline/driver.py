@@ -109,6 +109,7 @@ class _Loop:
                 self.bar.update(lost.stop - lost.start)
             return
         self.dispatch.done(ref)
+        self.dispatch.written()
         self.run.records.append(record)
         self.bar.update(chunk.stop - chunk.start)
 
@@ -127,7 +128,8 @@ def _run_chunks(config: GenerateConfig, todo: list[Chunk], done_rows: int,
     run = ChunkRun()
     probe = OutProbe.create(ShardStore(config.out).tmp)
     pool = WorkerPool(config.model_dump_json(), probe, policy, fence)
-    dispatch = ChunkDispatch(todo, config.max_in_flight, policy.max_chunk_attempts)
+    dispatch = ChunkDispatch(todo, config.max_in_flight, policy.max_chunk_attempts,
+                             config.stop_after_failed_chunks)
     bar = tqdm(total=config.num_trajectories, initial=done_rows, unit="traj",
                disable=not config.progress, smoothing=0.1, dynamic_ncols=True)
     try:
@@ -140,6 +142,11 @@ def _run_chunks(config: GenerateConfig, todo: list[Chunk], done_rows: int,
         pool.shutdown()
         probe.remove()
     run.failed, run.requeued, run.notes = dispatch.failed, dispatch.requeued, pool.notes
+    if dispatch.not_started:
+        run.notes.append(f"stopped: {config.stop_after_failed_chunks} chunk(s) failed in a row "
+                         f"(stop_after_failed_chunks), so {len(dispatch.not_started):,} chunk(s) "
+                         f"did not start; rerun the same command to resume once the reason "
+                         f"below is fixed")
     run.seconds = time.perf_counter() - started
     run.startup_seconds = pool.first_ready_s or 0.0
     return run

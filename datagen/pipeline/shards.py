@@ -367,7 +367,8 @@ class ShardStore:
         `overwrite` too: it deletes only what datagen wrote) and data of another config or
         schema version unless `overwrite`; clear debris; drop damaged chunks so that the run
         regenerates them (with `planned`, the run's number of chunks, also markers outside the
-        plan). Returns the dropped chunks. Call it under the run lock
+        plan). Data of another config is replaced without `overwrite` when no chunk of it is
+        complete. Returns the dropped chunks. Call it under the run lock
         (datagen/pipeline/runlock.py): two runs that pass these checks together would mix
         configs."""
         if self.storage.kind() == "file":
@@ -376,7 +377,9 @@ class ShardStore:
         if previous is None:
             self._refuse_foreign()
         elif conflict := _conflict(previous, fingerprint, config):
-            if not overwrite:
+            # An OUT without a complete chunk holds no data to protect: a run that wrote none
+            # (its endpoint was down, a key wrong) is taken over by the corrected config.
+            if not overwrite and self.complete_chunks():
                 raise OutputConflict(f"{self.root} {conflict}. Use another --out, or pass "
                                      "--overwrite to delete it and start again.")
             self.clear(_recorded_tables(previous))

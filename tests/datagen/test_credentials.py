@@ -11,6 +11,7 @@ import sys
 import time
 
 import orjson
+import pyarrow as pa
 import polars as pl
 import pytest
 from hypothesis import given, settings
@@ -157,6 +158,7 @@ def test_an_out_whose_run_record_predates_redaction_resumes(tmp_path):
     record = orjson.loads((store.root / "_run.json").read_bytes())
     assert record["fingerprint"] == fingerprint(config) and PASSWORD not in str(record)
     other = _openai_config(f"http://u:{PASSWORD}@h:2/v1")
+    store.write_chunk(0, {"trajectories": pa.table({"id": ["t0"]})}, {})  # data to protect
     with pytest.raises(OutputConflict, match="different config"):
         store.claim(fingerprint(other), other.model_dump(mode="json", exclude=RUN_ONLY_FIELDS),
                     overwrite=False)

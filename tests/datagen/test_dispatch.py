@@ -90,3 +90,33 @@ def test_with_no_worker_left_every_remaining_chunk_fails_with_the_reason():
     failed = dispatch.fail_rest("no chunk worker could be placed within 60s")
     assert sorted(c.index for c in failed) == [1, 2, 3, 4] and dispatch.finished
     assert all("60s" in reason for _, reason in dispatch.failed)
+
+
+def test_chunks_failing_in_a_row_stop_new_ones_and_a_written_chunk_resets_the_count():
+    """Before, a failure every chunk meets (an endpoint down) ran once per chunk of the run."""
+    dispatch, submit = ChunkDispatch([Chunk(i, i, i + 1) for i in range(10)], 1, 3,
+                                     stop_after=3), _SubmitLog()
+
+    def finish(fails: bool) -> None:
+        dispatch.fill([0], submit)
+        handle = dispatch.handles()[0]
+        _, chunk = dispatch.done(handle)
+        if fails:
+            dispatch.fail(chunk, "boom")
+        else:
+            dispatch.written()
+
+    for fails in (True, True, False, True, True):  # the written chunk breaks the run of 2
+        finish(fails)
+    assert len(dispatch.queue) == 5 and not dispatch.not_started
+    finish(True)  # the third in a row
+    assert dispatch.finished and [c.index for c in dispatch.not_started] == [6, 7, 8, 9]
+    assert [chunk.index for chunk, _ in dispatch.failed] == [0, 1, 3, 4, 5]
+
+
+def test_without_a_limit_every_chunk_runs_whatever_fails():
+    dispatch, submit = _dispatch(4, max_in_flight=1), _SubmitLog()
+    while not dispatch.finished:
+        dispatch.fill([0], submit)
+        dispatch.fail(dispatch.done(dispatch.handles()[0])[1], "boom")
+    assert len(dispatch.failed) == 4 and not dispatch.not_started

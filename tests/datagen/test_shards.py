@@ -46,6 +46,20 @@ def test_other_config_is_refused_unless_overwrite(tmp_path):
     assert not store.is_complete(0) and not (tmp_path / "out" / "trajectories").exists()
 
 
+def test_an_out_with_no_complete_chunk_is_taken_over_by_another_config(tmp_path):
+    """A run that wrote no chunk (its endpoint was down: every chunk failed) left OUT with its
+    record and perhaps unmarked shards; the corrected config takes it over, no --overwrite,
+    and nothing of the old run stays."""
+    out = tmp_path / "out"
+    store = ShardStore(out, ["trajectories"])
+    store.claim("fp1", {}, overwrite=False)
+    (out / "trajectories").mkdir(exist_ok=True)
+    (out / "trajectories" / "part-000000.parquet").write_bytes(b"unmarked")  # a failed write
+    ShardStore(out, ["trajectories"]).claim("fp2", {"seed": 1}, overwrite=False)
+    assert orjson.loads((out / "_run.json").read_bytes())["fingerprint"] == "fp2"
+    assert not (out / "trajectories" / "part-000000.parquet").exists()
+
+
 def test_overwrite_clears_the_tables_the_previous_run_recorded(tmp_path):
     out = tmp_path / "out"
     first = ShardStore(out, ["trajectories", "toy_rows"])
