@@ -17,6 +17,8 @@ Library:
     trainer.reference      DPO's reference: frozen copy or precomputed log-probs
     trainer.student, engines, checkpoints, metrics, distributed   shared by the recipes
     trainer.fit            `python -m trainer fit`: Ray Train TorchTrainer (DDP or DeepSpeed)
+    trainer.retries        which failed fits Ray Train restarts: a lost worker, not bad data
+                           or a divergence
     trainer.eval           `python -m trainer eval`: a checkpoint on held-out tasks (trainer.heldout):
                            step-level metrics (trainer.step_eval), episodes through datagen's hf
                            teacher (trainer.agent_backend, trainer.generation), IRR

@@ -7,7 +7,8 @@ of width 65,536 asked for 8 GB at a time, ~15 TiB in all, before failing). Here 
 read bounded, the model is built on the meta device (shapes, no storage), and its tensors are
 compared with the shapes in the safetensors headers; the float32 weights must also fit in
 this machine's memory. Missing or extra tensors are left to `from_pretrained`: a plain Qwen2
-checkpoint loaded into the agent model lacks the MCH head by design.
+checkpoint loaded into the agent model lacks the MCH head by design. Once loaded, in the
+training worker, its weights must be finite (`non_finite_weight`, trainer.student).
 """
 
 from __future__ import annotations
@@ -116,6 +117,44 @@ def _stored_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def non_finite_weight(model, directory: str | Path) -> str | None:
+    """The first weight of `model`, just loaded from `directory`, that holds nan or inf, with
+    the file it came from, or None. Every step from such weights diverges (the loss is nan),
+    and the divergence would advise lowering optim.lr: the checkpoint is named instead.
+
+    Checked on the weights as loaded (in model.dtype; under ZeRO-3 each rank's partition), so
+    no file is read twice. A tensor's sum is finite exactly when its values are (a nan makes it
+    nan, an inf inf or nan; a finite sum past float32's range only costs the exact pass):
+    ~0.08 s per 100M weights on one core here, where torch.isfinite takes ~0.9 s."""
+    import math
+
+    import torch
+
+    for name, param in model.named_parameters():
+        data = getattr(param, "ds_tensor", param).detach()  # ZeRO-3: the rank's partition
+        if not data.is_floating_point() or math.isfinite(float(data.sum())):
+            continue
+        bad = int((~torch.isfinite(data)).sum())
+        if bad:
+            dtype = str(data.dtype).removeprefix("torch.")
+            return (f"{_weights_file(Path(directory), name)}: tensor {name} holds {bad:,} nan "
+                    f"or inf values (of {data.numel():,}, in {dtype})")
+    return None
+
+
+def _weights_file(directory: Path, name: str) -> Path:
+    """The file of `directory` that stores tensor `name` (the directory when none names it:
+    a tied or copied weight)."""
+    index = directory / INDEX_FILE
+    if index.exists():
+        weight_map = json.loads(read_bounded(index, 64 << 20)).get("weight_map", {})
+        return directory / weight_map[name] if name in weight_map else directory
+    for single in ("model.safetensors", "pytorch_model.bin"):
+        if (directory / single).exists():
+            return directory / single
+    return directory
+
+
 def _one_line(exc: BaseException, limit: int = 300) -> str:
     """An exception as one line: some validators put the reason on a second line."""
     text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
@@ -123,4 +162,4 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-__all__ = ["CheckpointError", "checkpoint_problem"]
+__all__ = ["CheckpointError", "checkpoint_problem", "non_finite_weight"]

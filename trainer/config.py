@@ -419,7 +419,9 @@ class RunConfig(StrictModel):
                               "preemptions the cloud announces count apart, in Ray's "
                               "max_preemption_failures): each restart resumes from the latest "
                               "checkpoint, so save_every bounds the steps trained again; "
-                              "0 = a dead worker fails the job")
+                              "0 = a dead worker fails the job. Bad data, a diverged step and "
+                              "non-finite weights end the run at once (a restart would fail "
+                              "the same way)")
     seed: Seed = 0
     progress: bool = True
     mch_auroc_window: Count = Field(512, ge=2, description="labelled MCH steps behind the "

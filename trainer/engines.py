@@ -27,8 +27,9 @@ from trainer.config import OptimConfig
 class TrainingDiverged(RuntimeError):
     """A step's gradient norm was inf or nan. A rerun from the newest checkpoint meets the same
     data at the same rate (a resume keeps the run's learning rate), so it is reported without
-    the rerun advice a lost worker gets (trainer.fit.lasting_failure). One string argument:
-    the exception travels from a Ray worker to the driver by pickling."""
+    the rerun advice a lost worker gets (trainer.fit.lasting_failure), and Ray Train does not
+    restart the workers for it (trainer.retries). One string argument: the exception travels
+    from a Ray worker to the driver by pickling."""
 
 
 def diverged(step: int, norm: float, applied: bool = False) -> TrainingDiverged:

@@ -15,8 +15,9 @@ Topology (readable here, in one place):
     faults:  a dead worker (killed, OOM, node lost) restarts the worker group up to
              `run.max_failures` times, each time from the latest checkpoint (same resume
              path as a rerun); past that, the job fails and a rerun resumes; bad data
-             (DataError) and a diverged step (TrainingDiverged: gradient norm inf/nan, the
-             update not applied) fail the same way again, so they are reported apart
+             (DataError), a diverged step (TrainingDiverged: gradient norm inf/nan, the
+             update not applied) and weights that are not finite (CheckpointError) would fail
+             the same way again: the run ends at the first (trainer.retries), reported apart
     placement: workers the cluster can never hold are refused before any work; others are
              waited for at most `scaling.worker_start_timeout_s` (trainer.placement)
 
@@ -94,30 +95,33 @@ def failure_cause(exc: BaseException) -> str:
     (`OSError: ZSTD decompression failed: Data corruption detected`). A data stage's error
     reaches here as a task error whose `cause` is the stage's own exception (Ray Data raises
     it unwrapped, `original_map_errors`), so a DataError arrives with its shard and row; a
-    DataError or TrainingDiverged is its message alone (the caller names its kind)."""
+    lasting failure (lasting_kind) is its message alone (the caller names its kind)."""
     error = root_error(exc)
     first = (str(error).strip().splitlines() or [""])[0][:300]
     return first if lasting_kind(error) else f"{type(error).__name__}: {first}"
 
 
 def lasting_failure(exc: BaseException) -> str | None:
-    """"bad data" or "diverged" when the failure behind `exc` would recur on a rerun (the same
-    rows; the same rate from the same checkpoint), else None (a lost worker, an OOM, a
-    corrupt read: a rerun resumes past it)."""
+    """"bad data", "diverged" or "bad checkpoint" when the failure behind `exc` would recur on
+    a rerun or a restart (the same rows; the same rate from the same checkpoint; the same
+    weights), else None (a lost worker, an OOM, a corrupt read: a rerun resumes past it)."""
     return lasting_kind(root_error(exc))
 
 
 def lasting_kind(error: BaseException) -> str | None:
+    from trainer.checkpoint_check import CheckpointError
     from trainer.engines import TrainingDiverged  # torch: imported once a fit has failed
 
     if isinstance(error, DataError):
         return "bad data"
+    if isinstance(error, CheckpointError):  # raised in a worker: weights not finite (student)
+        return "bad checkpoint"
     return "diverged" if isinstance(error, TrainingDiverged) else None
 
 
 def root_error(exc: BaseException) -> BaseException:
     """The error behind `exc`: the first worker's failure, then down the `cause` (Ray's task
-    errors) / `__cause__` / `__context__` chain: its last DataError or TrainingDiverged (a
+    errors) / `__cause__` / `__context__` chain: its last lasting failure (lasting_kind; a
     `RayTaskError(DataError)` is one too, with Ray's traceback as text), else the failure's
     own cause (an error raised while handling another is the one to show, not the one it
     replaced)."""
@@ -235,6 +239,7 @@ def _train(cfg: TrainConfig, recipe: Any) -> FitResult:
 
     from trainer.placement import (bounded_worker_start, check_rollout_actors, place_workers,
                                    worker_resources)
+    from trainer.retries import StopOnLastingFailure, lasting_failures_unwrapped
 
     started_here = init_ray(cfg.ray_address)
     check_rollout_actors(cfg, started_here)
@@ -260,12 +265,13 @@ def _train(cfg: TrainConfig, recipe: Any) -> FitResult:
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.run.keep_checkpoints),
             failure_config=ray.train.FailureConfig(max_failures=cfg.run.max_failures,
                                                    controller_failure_limit=0),
+            callbacks=[StopOnLastingFailure()],  # bad data, a divergence: no restart
             worker_runtime_env={"env_vars": worker_env} if worker_env else None),
         # ppo has no dataset: its data are the rollouts it plays in the loop; dpo with an
         # anchor has two (the pairs as "train", the trajectories as "anchor")
         **({"datasets": dataset if isinstance(dataset, dict) else {"train": dataset},
             "dataset_config": ordered_ingest()} if dataset is not None else {}))
-    with bounded_worker_start(scaling):
+    with bounded_worker_start(scaling), lasting_failures_unwrapped():
         result = trainer.fit()
     checkpoint = result.checkpoint.path if result.checkpoint is not None else None
     return FitResult(str(run_dir), checkpoint, dict(result.metrics or {}), data_info)

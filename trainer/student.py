@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from trainer.checkpoint_check import CheckpointError, non_finite_weight
 from trainer.checkpoints import Position, load_state
 from trainer.config import TrainConfig
 from trainer.engines import DDPEngine, DeepSpeedEngine, read_deepspeed_config
@@ -78,6 +79,8 @@ def _from_pretrained(source: str, cfg: TrainConfig, special: dict[str, int], dty
         keep_alive = HfDeepSpeedConfig(ds_config)  # noqa: F841
     model, info = AgentQwen2ForCausalLM.from_pretrained(
         source, dtype=dtype, output_loading_info=True, **modification_kwargs(cfg, special))
+    if problem := non_finite_weight(model, source):  # a lasting failure: not restarted
+        raise CheckpointError(f"{problem}; start from a checkpoint whose weights are finite")
     if "act_embed_tokens.weight" in info["missing_keys"]:
         _copy_base_into_act_embedding(model)
     return model

@@ -78,3 +78,31 @@ def test_commands_refuse_it_in_one_line_naming_the_field(good, tmp_path, capsys)
     assert capsys.readouterr().err.strip() == (f"trainer eval: checkpoint {good}: tokenizer "
                                                f"{good} has no tokenizer.json (build one: "
                                                "scripts/build_tokenizer.py)")
+
+
+def test_loaded_weights_holding_nan_or_inf_are_named_with_their_file(good, tmp_path):
+    """`non_finite_weight` (the training worker's check after loading, trainer.student): the
+    first tensor holding nan or inf, with the shard file that stores it; finite weights pass,
+    as do weights whose sum leaves float32's range (the sum is only the quick screen)."""
+    import torch
+
+    from trainer.checkpoint_check import non_finite_weight
+    from trainer.model import AgentQwen2ForCausalLM
+
+    assert non_finite_weight(AgentQwen2ForCausalLM.from_pretrained(good), good) is None
+    model = tiny_model(use_mch=True)
+    with torch.no_grad():
+        model.model.norm.weight.fill_(3e38)  # finite, its sum is inf
+        model.model.layers[1].self_attn.o_proj.weight[2, :2] = torch.tensor([float("inf"),
+                                                                              float("nan")])
+    sharded = tmp_path / "sharded"
+    model.save_pretrained(sharded, max_shard_size="100KB")
+    index = json.loads((sharded / "model.safetensors.index.json").read_text())["weight_map"]
+    name = "model.layers.1.self_attn.o_proj.weight"
+    assert len(set(index.values())) > 2
+    assert non_finite_weight(AgentQwen2ForCausalLM.from_pretrained(sharded), sharded) == (
+        f"{sharded / index[name]}: tensor {name} holds 2 nan or inf values (of 4,096, in "
+        f"float32)")
+    with torch.no_grad():
+        model.model.layers[1].self_attn.o_proj.weight[2, :2] = 0.0
+    assert non_finite_weight(model, sharded) is None  # 3e38 * 64 sums to inf, is finite
