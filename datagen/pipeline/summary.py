@@ -77,7 +77,8 @@ class RunSummary:
             else "INCOMPLETE")
         lines = [f"output: {self.out}  ({status}); "
                  f"shards in {self.out}/trajectories/, see {self.out}/README.md"]
-        lines.append("rows: " + ", ".join(f"{k}={v:,}" for k, v in self.counts.items() if v))
+        lines.append("rows: " + (", ".join(f"{k}={v:,}" for k, v in self.counts.items() if v)
+                                 or "none"))
         for stage in self.stages:
             lines += stage.summary_lines(self.stats.get(stage.name, {}))
         lines.append(self._this_run())

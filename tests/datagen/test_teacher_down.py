@@ -65,6 +65,7 @@ def test_a_run_against_a_dead_endpoint_writes_nothing_stops_and_the_fixed_config
     assert main(argv) == 1
     text = capsys.readouterr().out
     assert "INCOMPLETE, 2 chunk(s) failed" in text and "no chunk was written" in text, text
+    assert "\nrows: none\n" in text and "spans:" not in text, text  # no empty tables
     assert ("note: stopped: 2 chunk(s) failed in a row (stop_after_failed_chunks), so 4 "
             "chunk(s) did not start") in text, text
     failed = [line for line in text.splitlines() if line.startswith("FAILED")]

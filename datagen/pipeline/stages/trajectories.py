@@ -89,6 +89,8 @@ class TrajectoryStage(Stage):
 
     @classmethod
     def summary_lines(cls, stats: dict[str, Any]) -> list[str]:
+        if not per_env(stats):  # no chunk written: an empty table says nothing
+            return []
         lines = [f"{'env':<14}{'trajectories':>13}{'success':>9}{'tool calls/traj':>17}"
                  f"{'errors':>8}"]
         for env, s in per_env(stats).items():
