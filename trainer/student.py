@@ -116,9 +116,15 @@ def freeze(model: AgentQwen2ForCausalLM, device: torch.device) -> AgentQwen2ForC
     return model.eval().to(device)
 
 
-def load_frozen(source: str, dtype: str, device: torch.device) -> AgentQwen2ForCausalLM:
-    """A checkpoint as it was saved (its own modifications), forward only."""
-    return freeze(AgentQwen2ForCausalLM.from_pretrained(source, dtype=getattr(torch, dtype)), device)
+def load_frozen(source: str, dtype: str, device: torch.device,
+                field: str = "model") -> AgentQwen2ForCausalLM:
+    """A checkpoint as it was saved (its own modifications), forward only. Weights holding
+    nan or inf are a CheckpointError naming `field` (the config field that chose it): its
+    targets would be nan, and every step would "diverge" with advice to lower optim.lr."""
+    model = AgentQwen2ForCausalLM.from_pretrained(source, dtype=getattr(torch, dtype))
+    if problem := non_finite_weight(model, source):
+        raise CheckpointError(f"{field}: {problem}; it must hold finite weights")
+    return freeze(model, device)
 
 
 @dataclass

@@ -106,3 +106,26 @@ def test_loaded_weights_holding_nan_or_inf_are_named_with_their_file(good, tmp_p
     with torch.no_grad():
         model.model.layers[1].self_attn.o_proj.weight[2, :2] = 0.0
     assert non_finite_weight(model, sharded) is None  # 3e38 * 64 sums to inf, is finite
+
+
+def test_a_frozen_teacher_holding_nan_is_refused_naming_its_field(tmp_path):
+    """The online teacher (loss.teacher_model) is loaded by `load_frozen`: before, nan weights
+    gave nan targets and the fit "diverged" at step 1 with advice to lower optim.lr."""
+    import torch
+
+    from trainer.checkpoint_check import CheckpointError
+    from trainer.fit import lasting_failure
+    from trainer.student import load_frozen
+
+    model = tiny_model()
+    with torch.no_grad():
+        model.model.norm.weight[0] = float("inf")
+    model.save_pretrained(tmp_path / "teacher")
+    with pytest.raises(CheckpointError) as refused:
+        load_frozen(str(tmp_path / "teacher"), "float32", torch.device("cpu"),
+                    field="loss.teacher_model")
+    assert str(refused.value) == (
+        f"loss.teacher_model: {tmp_path / 'teacher' / 'model.safetensors'}: tensor "
+        f"model.norm.weight holds 1 nan or inf values (of {model.model.norm.weight.numel()}, "
+        f"in float32); it must hold finite weights")
+    assert lasting_failure(refused.value) == "bad checkpoint"

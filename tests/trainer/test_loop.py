@@ -12,7 +12,7 @@ import torch
 from tests.trainer.helpers import tiny_model
 from trainer.config import load_config
 from trainer.collate import Documents
-from trainer.recipes.sad import admit, embedding_mode, forward_backward
+from trainer.recipes.sad import admit, embedding_mode, forward_backward, load_teacher
 from trainer.losses import balanced_mch_loss
 from trainer.metrics import RunningAUROC, auroc
 
@@ -77,6 +77,7 @@ def test_online_teacher_step(tmp_path):
     teacher.save_pretrained(tmp_path)
     model = _model()
     cfg = _config("loss.teacher=online", f"loss.teacher_model={tmp_path}")
+    teacher = load_teacher(cfg, torch.device("cpu"))  # as a worker loads it
     metrics, _ = forward_backward(cfg, LocalEngine(model), _batch(), teacher)
     assert metrics["reason"] > 0 and all(torch.isfinite(g).all() for g in _grads(model).values())
 

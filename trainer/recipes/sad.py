@@ -83,7 +83,8 @@ def load_teacher(cfg: TrainConfig, device: torch.device) -> AgentQwen2ForCausalL
     """The online teacher (forward only), or None."""
     if cfg.loss.teacher != "online" or cfg.loss.objective == "sft":
         return None
-    teacher = load_frozen(cfg.loss.teacher_model, cfg.model.dtype, device)
+    teacher = load_frozen(cfg.loss.teacher_model, cfg.model.dtype, device,
+                          field="loss.teacher_model")
     if cfg.data.packing and teacher.config.use_landmark:
         raise ValueError(f"data.packing: the online teacher {cfg.loss.teacher_model} uses "
                          f"landmark attention, whose blocks would span packed documents")
