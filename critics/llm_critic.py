@@ -25,6 +25,7 @@ import orjson
 
 from critics.critique import Critique, CritiqueRequest, brief
 from datagen.chat import render_call
+from datagen.teachers.base import MIN_CALLS_JUDGED, BackendAnsweredNone
 from datagen.types import ToolCall
 
 _CRITIQUE = re.compile(r"<critique>(.*?)</critique>", re.S | re.I)
@@ -110,6 +111,12 @@ class LLMCritic:
         """Generate the replies of a batch's requests in one call (replacing the last batch's)."""
         prompts = list(dict.fromkeys(render_prompt(request) for request in requests))
         self.replies = dict(zip(prompts, self._complete(prompts)))
+        failed = [reply for reply in self.replies.values() if isinstance(reply, BaseException)]
+        if len(prompts) >= MIN_CALLS_JUDGED and len(failed) == len(prompts):
+            # else every repair of every chunk was dropped as "not emitted", the run complete
+            raise BackendAnsweredNone(f"the critic's backend failed all {len(prompts):,} "
+                                      f"critiques of the chunk: {type(failed[0]).__name__}: "
+                                      f"{str(failed[0])[:200]}")
 
     def _complete(self, prompts: list[str]) -> list[str | BaseException]:
         if not prompts:

@@ -24,7 +24,7 @@ from datagen.pipeline.storage import is_uri
 from datagen.pipeline.stages.base import Stage, StageContext, configured_stages, tables_of
 from datagen.tasks import TaskError, TaskSource
 from datagen.teachers import EnvPool, Teacher, make_teacher
-from datagen.teachers.base import failed_trajectory
+from datagen.teachers.base import MIN_CALLS_JUDGED, BackendAnsweredNone, failed_trajectory
 from datagen.types import Task, Trajectory
 
 
@@ -37,14 +37,11 @@ SEQUENTIAL_SLICE = 256
 # (an endpoint down or refusing the key or model after its retries, an engine lost under them,
 # a rollout that raised), as opposed to what the model or the task did.
 NO_ANSWER_KINDS = frozenset({"generation_failed", "engine_lost", "rollout_raised"})
-# A chunk of at least this many trajectories, all of NO_ANSWER_KINDS, fails instead of being
-# written: that is the teacher, not its tasks. Smaller chunks are written as they are (a few
-# tasks may fail alone, and a chunk that always fails would never let the run complete).
-MIN_TRAJECTORIES_JUDGED = 8
 
 
-class TeacherAnsweredNone(RuntimeError):
-    """Every episode of a chunk ended because the teacher's backend did not answer."""
+class TeacherAnsweredNone(BackendAnsweredNone):
+    """Every episode of a chunk (MIN_CALLS_JUDGED or more) ended because the teacher's backend
+    did not answer."""
 
 
 def check_teacher_answered(trajectories: list[Trajectory]) -> None:
@@ -52,7 +49,7 @@ def check_teacher_answered(trajectories: list[Trajectory]) -> None:
     Before, such a chunk was written as failed rows and marked complete: a run against a
     mistyped endpoint or key wrote 5M `generation_failed` rows, "complete", exit 0, and the
     rerun after the fix found nothing to do."""
-    if len(trajectories) < MIN_TRAJECTORIES_JUDGED:
+    if len(trajectories) < MIN_CALLS_JUDGED:
         return
     kinds = Counter(traj.error_kind for traj in trajectories)
     if kinds.keys() <= NO_ANSWER_KINDS:

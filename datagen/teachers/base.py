@@ -16,6 +16,18 @@ from datagen.envs import Environment, make_env
 from datagen.types import Task, Trajectory, trajectory_id
 
 
+# A batch of at least this many model calls that all failed in the model's backend fails as a
+# whole (BackendAnsweredNone) instead of becoming failed rows: that is the backend (an endpoint
+# down, a wrong key or model name past the retries), not the calls. Smaller batches keep their
+# failed rows (a few calls may fail alone; a batch that always failed would never complete).
+MIN_CALLS_JUDGED = 8
+
+
+class BackendAnsweredNone(RuntimeError):
+    """Every call of a batch failed in the model's backend: the chunk fails (no marker, a rerun
+    retries it) instead of being written as failed rows and marked complete."""
+
+
 class EnvPool:
     """One environment instance per family, created on first use and reused across tasks
     (each rollout calls `reset`). Concurrent teachers ask for `fresh` instances instead."""

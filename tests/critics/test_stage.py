@@ -103,6 +103,51 @@ def test_llm_critic_replies_that_cannot_be_read_cost_their_repairs_only():
     assert {p["source"] for p in batch.rows("preferences")} == {"safety"}
 
 
+def test_a_critic_backend_that_answers_no_critique_fails_the_batch_not_its_repairs():
+    """Before, a dead critic endpoint dropped every repair of every chunk as "not emitted" and
+    the run completed without them (its rerun found nothing to do). A batch of at least
+    MIN_CALLS_JUDGED critiques all failing in the backend now fails; fewer failures, or replies
+    that cannot be read, still cost their repairs only."""
+    from datagen.teachers.base import MIN_CALLS_JUDGED, BackendAnsweredNone
+
+    def down(prompts: list[str]) -> list[str]:
+        raise ConnectionRefusedError("[Errno 111] Connection refused")
+
+    trajectories = oracle_trajectories(12)
+    config = CriticsConfig(backend="llm", inject_rate=1.0, safety_rate=0.0)
+    with pytest.raises(BackendAnsweredNone, match=r"^the critic's backend failed all \d+ "
+                       r"critiques of the chunk: ConnectionRefusedError: \[Errno 111\]"):
+        CriticStage(config, 1, LLMCritic(down)).run(trajectories, EnvPool())
+    few = CriticStage(config, 1, LLMCritic(down)).run(trajectories[:2], EnvPool())
+    assert few.stats["rejected"] and not few.rows("repairs")  # under MIN_CALLS_JUDGED: rows
+
+    def some_down(prompts: list[str]) -> list:
+        return [TimeoutError("slow")] * (len(prompts) - 1) + ["<critique>x</critique>"]
+
+    mixed = CriticStage(config, 1, LLMCritic(some_down)).run(trajectories, EnvPool())
+    assert sum(mixed.stats["rejected"].values()) >= MIN_CALLS_JUDGED - 1
+
+
+def test_a_run_whose_critic_endpoint_is_down_writes_no_chunk(ray_head, tmp_path):
+    """The endpoint is a closed loopback port: each chunk fails naming the critic, none is
+    marked complete, so the run with the endpoint back regenerates them with their repairs."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    critic = {**OPENAI_CRITIC, "openai": {**OPENAI_CRITIC["openai"],
+                                          "base_url": f"http://127.0.0.1:{port}/v1"}}
+    out = tmp_path / "out"
+    summary = run_generation(load_config(None, {
+        "out": str(out), "num_trajectories": 60, "chunk_size": 30, "progress": False,
+        "negatives.enabled": False, "critics.backend": "llm", "critics.llm": critic}))
+    assert not summary.complete and [chunk for chunk, _ in summary.failed_chunks] == [0, 1]
+    for _, error in summary.failed_chunks:
+        assert "BackendAnsweredNone: the critic's backend failed all " in error, error
+    assert not list((out / "_chunks").glob("chunk-*.json"))
+
+
 def test_pipeline_with_an_llm_critic_behind_a_loopback_endpoint(ray_head, tmp_path):
     from tests.datagen.teachers.fault_server import FaultServer
 

@@ -14,10 +14,9 @@ import socket
 import polars as pl
 import pytest
 
-from datagen.pipeline.chunk import MIN_TRAJECTORIES_JUDGED, TeacherAnsweredNone, \
-    check_teacher_answered
+from datagen.pipeline.chunk import TeacherAnsweredNone, check_teacher_answered
 from datagen.pipeline.cli import main
-from datagen.teachers.base import failed_trajectory
+from datagen.teachers.base import MIN_CALLS_JUDGED, failed_trajectory
 from tests.datagen.teachers.fault_server import FaultServer, ScriptedAgent
 from tests.datagen.teachers.helpers import make_tasks
 
@@ -29,7 +28,7 @@ def _failed(kinds: list[str]) -> list:
 
 
 def test_a_chunk_is_judged_only_when_every_episode_failed_in_the_backend():
-    n = MIN_TRAJECTORIES_JUDGED
+    n = MIN_CALLS_JUDGED
     with pytest.raises(TeacherAnsweredNone, match=rf"^every episode failed in the teacher's "
                        rf"backend \(generation_failed {n - 1}, engine_lost 1\): RuntimeError: "
                        rf"generation_failed of "):
