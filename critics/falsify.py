@@ -27,7 +27,7 @@ from typing import Callable
 import orjson
 
 from critics.critique import brief, tool_spec
-from critics.llm_critic import Complete
+from critics.llm_critic import Complete, check_answered
 from datagen.chat import render_call
 from datagen.types import Trajectory
 from mutators import validate_detailed
@@ -156,6 +156,7 @@ class LLMFalsifier:
         if len(replies) != len(unique):
             replies = [RuntimeError(f"{len(replies)} replies for {len(unique)} prompts")] * \
                 len(unique)
+        check_answered(replies, "falsification checks")
         by_prompt = dict(zip(unique, replies))
         return [parse_falsify_reply(by_prompt[prompt], len(traj.steps))
                 for prompt, traj in zip(prompts, trajectories)]

@@ -95,6 +95,16 @@ def parse_reply(reply: str) -> Critique:
     return Critique(text, ToolCall(name, arguments))
 
 
+def check_answered(replies: list[str | BaseException], what: str) -> None:
+    """BackendAnsweredNone when a batch of MIN_CALLS_JUDGED or more replies are all backend
+    failures: the chunk fails and a rerun retries it. Before, a dead critic endpoint cost every
+    chunk its repairs (or its falsification checks), and the run completed without them."""
+    failed = [reply for reply in replies if isinstance(reply, BaseException)]
+    if len(replies) >= MIN_CALLS_JUDGED and len(failed) == len(replies):
+        raise BackendAnsweredNone(f"the critic's backend failed all {len(replies):,} {what} of "
+                                  f"the chunk: {type(failed[0]).__name__}: {str(failed[0])[:200]}")
+
+
 # One reply per prompt: the text, or the exception that stopped this prompt's generation
 # (asyncio.gather(..., return_exceptions=True) semantics: one failure costs one repair).
 Complete = Callable[[list[str]], list["str | BaseException"]]
@@ -111,12 +121,7 @@ class LLMCritic:
         """Generate the replies of a batch's requests in one call (replacing the last batch's)."""
         prompts = list(dict.fromkeys(render_prompt(request) for request in requests))
         self.replies = dict(zip(prompts, self._complete(prompts)))
-        failed = [reply for reply in self.replies.values() if isinstance(reply, BaseException)]
-        if len(prompts) >= MIN_CALLS_JUDGED and len(failed) == len(prompts):
-            # else every repair of every chunk was dropped as "not emitted", the run complete
-            raise BackendAnsweredNone(f"the critic's backend failed all {len(prompts):,} "
-                                      f"critiques of the chunk: {type(failed[0]).__name__}: "
-                                      f"{str(failed[0])[:200]}")
+        check_answered(list(self.replies.values()), "critiques")
 
     def _complete(self, prompts: list[str]) -> list[str | BaseException]:
         if not prompts:

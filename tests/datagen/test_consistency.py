@@ -120,6 +120,16 @@ def test_llm_falsifier_reads_verdicts_and_never_raises():
         raise ConnectionError("endpoint down")
 
     assert LLMFalsifier(broken).verdicts([traj])[0].kind == "critic_failed"
+    # a batch of distinct prompts all failing is the backend, not the trajectories: the chunk
+    # fails (before, every check of every chunk was "critic_failed" and the run complete)
+    from datagen.teachers.base import MIN_CALLS_JUDGED, BackendAnsweredNone
+
+    from tests.datagen.helpers import oracle_trajectories
+
+    many = oracle_trajectories(MIN_CALLS_JUDGED)
+    with pytest.raises(BackendAnsweredNone, match=rf"^the critic's backend failed all "
+                       rf"{MIN_CALLS_JUDGED} falsification checks of the chunk: ConnectionError"):
+        LLMFalsifier(broken).verdicts(many)
 
 
 @pytest.mark.parametrize("overrides, field", [
