@@ -116,8 +116,8 @@ def freeze(model: AgentQwen2ForCausalLM, device: torch.device) -> AgentQwen2ForC
     return model.eval().to(device)
 
 
-def load_frozen(source: str, dtype: str, device: torch.device,
-                field: str = "model") -> AgentQwen2ForCausalLM:
+def load_frozen(source: str, dtype: str, device: torch.device, *,
+                field: str) -> AgentQwen2ForCausalLM:
     """A checkpoint as it was saved (its own modifications), forward only. Weights holding
     nan or inf are a CheckpointError naming `field` (the config field that chose it): its
     targets would be nan, and every step would "diverge" with advice to lower optim.lr."""

@@ -281,7 +281,7 @@ class VLLMTeacher(Teacher):
             vllm = self.config.vllm
             waits = (0.0, 0.0) if self._not_ready else (vllm.place_timeout_s, vllm.start_timeout_s)
             try:
-                wait_engines_ready(self._placed, self._ready, self.config.vllm, *waits)
+                wait_engines_ready(self._placed, self._ready, vllm, *waits)
             except EngineNotReady as exc:
                 self._not_ready = self._not_ready or exc
                 raise EngineNotReady(str(self._not_ready)) from None
