@@ -47,14 +47,27 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def _wait_for_agents(temp_dir: str, port: int, before: set[int],
+                     timeout_s: float = 90) -> tuple[list[psutil.Process], str]:
+    """The head's processes once the client server and the dashboard agent are among them.
+    They start and connect to the GCS some seconds after `ray start` returns, later on a
+    loaded host (a CI run once saw neither 2 s after the start)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ours = _processes_of_head(temp_dir, port, before)
+        names = " ".join(_describe(p) for p in ours)
+        if ("ray.util.client.server" in names and "DashboardAgent" in names
+                or time.monotonic() > deadline):
+            return ours, names
+        time.sleep(1)
+
+
 def test_a_stopped_head_leaves_no_process():
     before = {p.pid for p in psutil.process_iter()}
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     temp_dir, port, _ = _start_head(env)
     try:
-        time.sleep(2)  # the agents connect to the GCS once started
-        ours = _processes_of_head(temp_dir, port, before)
-        names = " ".join(_describe(p) for p in ours)
+        ours, names = _wait_for_agents(temp_dir, port, before)
         assert "ray.util.client.server" in names and "DashboardAgent" in names, names[:2000]
     finally:
         stop_ray_processes(temp_dir, port)
