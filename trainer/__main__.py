@@ -21,13 +21,15 @@ def _fit(args: argparse.Namespace) -> int:
 
     from datagen.pipeline.shards import OutputConflict
     from trainer.fit import failure_cause, fit, lasting_failure
+    from trainer.worker_logs import settle_worker_logs
 
     try:
         result = fit(cfg)
     except (FileNotFoundError, ValueError, OutputConflict) as exc:  # refused before training
         print(f"cannot train: {exc}", file=sys.stderr)
         return 2
-    except TrainingFailedError as exc:  # the workers' tracebacks are in the log above it
+    except TrainingFailedError as exc:
+        settle_worker_logs()  # the workers' own lines are above it, without their frames
         if kind := lasting_failure(exc):  # bad data, diverged: a rerun would fail the same way
             print(f"training failed: {kind}: {failure_cause(exc)}", file=sys.stderr)
             return 1

@@ -155,10 +155,12 @@ def init_ray(address: str | None) -> bool:
     the Ray it is connected to, in this call or before (`trainer loop` starts one for all its
     fits): nothing else scales or joins it, so workers it cannot hold are refused at once
     (trainer.placement). Without an address, ray.init joins a `ray start` head of this host
-    if there is one: not started here."""
+    if there is one: not started here. The workers' logs are printed without traceback frames
+    (trainer.worker_logs)."""
     import ray
 
     from datagen.pipeline.cluster import check_address, started_here
+    from trainer.worker_logs import hide_worker_tracebacks
 
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS")
@@ -166,6 +168,7 @@ def init_ray(address: str | None) -> bool:
         runtime_env = {"env_vars": job_env_vars()}
         ray.init(address=address, include_dashboard=None if address else True,
                  logging_level=logging.WARNING, runtime_env=runtime_env)
+    hide_worker_tracebacks()
     return started_here()
 
 
@@ -191,6 +194,15 @@ def original_map_errors() -> None:
     import ray.data
 
     ray.data.DataContext.get_current().raise_original_map_exception = True
+
+
+def data_progress_bars(enabled: bool) -> None:
+    """Ray Data's bars (one per stage of the training stream) follow `run.progress`: with the
+    bars off, as under `ray job submit` where the console is a log file, they printed a line
+    per redraw (~500 lines for a 2-step fit)."""
+    import ray.data
+
+    ray.data.DataContext.get_current().enable_progress_bars = enabled
 
 
 def ordered_ingest() -> Any:
@@ -246,6 +258,7 @@ def _train(cfg: TrainConfig, recipe: Any) -> FitResult:
     place_workers(cfg.scaling, started_here)
     parquet_reader_without_actors()
     original_map_errors()
+    data_progress_bars(cfg.run.progress)
     dataset, data_info = recipe.build_dataset(cfg)
     log.info("training data: %s", data_info)
     run_dir = Path(cfg.run_dir)

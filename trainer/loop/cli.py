@@ -19,6 +19,7 @@ def _run(args: argparse.Namespace) -> int:
     from datagen.pipeline.shards import OutputConflict
     from trainer.loop import load_loop_config, run_loop
     from trainer.loop.run import PhaseFailed
+    from trainer.worker_logs import settle_worker_logs
 
     try:
         result = run_loop(load_loop_config(args.config, args.set))
@@ -26,6 +27,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"trainer loop: {exc}", file=sys.stderr)
         return 2
     except PhaseFailed as exc:
+        settle_worker_logs()
         print(f"trainer loop: {exc}", file=sys.stderr)
         return 1
     print(Path(result.out, "rounds.md").read_text(), end="")
