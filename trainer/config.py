@@ -423,7 +423,9 @@ class RunConfig(StrictModel):
                               "non-finite weights end the run at once (a restart would fail "
                               "the same way)")
     seed: Seed = 0
-    progress: bool = True
+    progress: bool = Field(True, description="progress bars on the driver's console (the "
+                           "train loop's and Ray Data's); set false where the console is a log "
+                           "file (`ray job submit`): there each redraw is a line")
     mch_auroc_window: Count = Field(512, ge=2, description="labelled MCH steps behind the "
                                     "running AUROC logged in metrics.jsonl (mch_auroc); each is "
                                     "scored before the step trains on it")

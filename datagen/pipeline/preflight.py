@@ -4,9 +4,10 @@ Workers on an existing cluster do not share the submitting shell's working direc
 environment, nor (unless it is shared storage) its disk. The driver therefore makes every path
 absolute (`resolve_paths`) and writes a probe file into OUT; each worker, before it gets a
 chunk, checks that it sees that probe and can write next to it, that the API-key variables the
-config names are set, that local model and tokenizer paths exist and that `env_modules`
-import (`worker_problems`). A problem is reported with how to fix it, instead of every chunk
-failing (or shards landing on a disk the driver never reads).
+config names are set, that local model and tokenizer paths exist, that a `logit_bias` fits the
+local model's vocabulary and that `env_modules` import (`worker_problems`). A problem is
+reported with how to fix it, instead of every chunk failing (or shards landing on a disk the
+driver never reads).
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ValidationError
 
+from datagen.bounded_read import read_bounded
 from datagen.config import GenerateConfig
 from datagen.envs import import_modules
 from datagen.pipeline.storage import Storage, is_uri, join, open_storage
+from datagen.teachers.config import check_logit_bias
 
 ENV_HELP = ("workers do not inherit the submitting shell's environment: pass it with "
             "`ray job submit --runtime-env-json '{\"env_vars\": {\"%s\": \"...\"}}'`, from a "
@@ -45,6 +49,7 @@ MODEL_PATHS = (((), "tokenizer"), (("teacher", "hf"), "model"), (("teacher", "hf
 # What a Hugging Face tokenizer directory holds at least one of (fast, slow, sentencepiece).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 KEY_VARIABLES = (("teacher", "openai"), ("critics", "llm", "openai"))
+CONFIG_JSON_LIMIT = 1 << 20  # a model's config.json is a few KB
 
 
 @dataclass(frozen=True)
@@ -165,6 +170,42 @@ def invalid_config_problem(error: ValidationError) -> str:
     return f"the config does not load here ({details}); {MODULE_HELP}"
 
 
+def local_vocab_size(model: str) -> int | None:
+    """`vocab_size` of a local model directory's config.json (a text model's, or its
+    `text_config`'s), the size of the logits hf and vLLM check logit_bias against; None for a
+    hub name, a directory without one, or a config.json that does not say."""
+    try:
+        config = orjson.loads(read_bounded(Path(model) / "config.json", CONFIG_JSON_LIMIT))
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    for section in (config, config.get("text_config") if isinstance(config, dict) else None):
+        if isinstance(section, dict) and isinstance(section.get("vocab_size"), int):
+            return section["vocab_size"]
+    return None
+
+
+def logit_bias_problems(config: GenerateConfig) -> list[str]:
+    """`sampling.logit_bias` ids of the teacher and the LLM critic past the vocabulary of the
+    local model each loads: said at worker setup (exit 2, before any chunk) where the model's
+    config.json is readable here. The loaders check again (datagen.teachers.config): before,
+    a vLLM teacher's chunks each failed with this reason once its engine had started."""
+    problems = []
+    for path in (("teacher",), ("critics", "llm")):
+        model_user = _section(config, path)  # a TeacherConfig, or None
+        backend = getattr(model_user, "backend", "")
+        section = getattr(model_user, backend, None) if backend in ("hf", "vllm") else None
+        if section is None or not model_user.sampling.logit_bias:
+            continue
+        if (vocab_size := local_vocab_size(section.model)) is None:
+            continue
+        where = ".".join(path)
+        try:
+            check_logit_bias(model_user.sampling, vocab_size, f"{where}.sampling.logit_bias")
+        except ValueError as exc:
+            problems.append(f"{exc} ({where}.{backend}.model {section.model}/config.json)")
+    return problems
+
+
 def worker_problems(config: GenerateConfig, probe: OutProbe | None) -> list[str]:
     """Everything this process lacks to run `config`'s chunks, each with how to provide it."""
     problems = []
@@ -184,6 +225,7 @@ def worker_problems(config: GenerateConfig, probe: OutProbe | None) -> list[str]
             problems.append(f"{name} {value} holds no tokenizer (none of "
                             f"{', '.join(TOKENIZER_FILES)}); point it at a tokenizer's "
                             "directory (scripts/build_tokenizer.py builds one)")
+    problems += logit_bias_problems(config)
     for module in config.env_modules:
         try:
             import_modules([module])

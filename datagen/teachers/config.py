@@ -138,14 +138,16 @@ def ray_amount_problem(amount: float, gpus: bool = False) -> str | None:
     return None
 
 
-def check_logit_bias(sampling: SamplingConfig, vocab_size: int) -> None:
+def check_logit_bias(sampling: SamplingConfig, vocab_size: int,
+                     field: str = "teacher.sampling.logit_bias") -> None:
     """A ValueError naming the `logit_bias` token ids past the model's logits, which a config
     cannot know (TokenId stops at 2^24): hf would index past its logits (IndexError in every
-    row, the run "complete"), vLLM refuses each request. The hf teacher checks when its model
+    row, the run "complete"), vLLM refuses each request. Chunk workers check a local model's
+    config.json (datagen.pipeline.preflight); the hf backend checks again when its model
     loads, the vllm engine actor when its engine starts."""
     if outside := sorted(token for token in sampling.logit_bias if token >= vocab_size):
-        raise ValueError(f"teacher.sampling.logit_bias: token id(s) {outside[:5]} outside the "
-                         f"model's {vocab_size:,} logits")
+        raise ValueError(f"{field}: token id(s) {outside[:5]} outside the model's "
+                         f"{vocab_size:,} logits")
 
 
 class _Strict(BaseModel):

@@ -92,6 +92,61 @@ def test_a_config_a_worker_can_run_has_no_problems(tmp_path, monkeypatch):
     assert worker_problems(config, OutProbe.create(tmp_path)) == []
 
 
+def _model_dir(tmp_path, config_json: str):
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(config_json)
+    (model / "tokenizer.json").write_text("{}")
+    return model
+
+
+@pytest.mark.parametrize("backend", ["hf", "vllm"])
+def test_a_logit_bias_past_a_local_models_vocabulary_is_a_worker_problem(tmp_path, backend):
+    """Before, hf found it only once its weights loaded, and vLLM in each chunk once an
+    engine had started; the worker reads the model's config.json (bounded) instead."""
+    model = _model_dir(tmp_path, '{"model_type": "qwen2", "vocab_size": 1000}')
+    teacher = {"backend": backend, backend: {"model": str(model)},
+               "sampling": {"logit_bias": {1000: 5.0, 3: -1.0, 70000: 1.0}}}
+    config = GenerateConfig(out=str(tmp_path), teacher=teacher)
+    assert worker_problems(config, OutProbe.create(tmp_path)) == [
+        f"teacher.sampling.logit_bias: token id(s) [1000, 70000] outside the model's 1,000 "
+        f"logits (teacher.{backend}.model {model}/config.json)"]
+    within = {**teacher, "sampling": {"logit_bias": {999: 5.0}}}
+    assert worker_problems(GenerateConfig(out=str(tmp_path), teacher=within),
+                           OutProbe.create(tmp_path)) == []
+
+
+def test_the_llm_critics_logit_bias_is_checked_under_its_own_name(tmp_path):
+    model = _model_dir(tmp_path, '{"vocab_size": 1000}')
+    critic = {"backend": "hf", "hf": {"model": str(model)},
+              "sampling": {"logit_bias": {4096: 1.0}}}
+    config = GenerateConfig(out=str(tmp_path), critics={"backend": "llm", "llm": critic})
+    assert worker_problems(config, OutProbe.create(tmp_path)) == [
+        f"critics.llm.sampling.logit_bias: token id(s) [4096] outside the model's 1,000 logits "
+        f"(critics.llm.hf.model {model}/config.json)"]
+
+
+@pytest.mark.parametrize("config_json", ['{"text_config": {"vocab_size": 1000}}',
+                                         '{"model_type": "x"}', "not json", "[1, 2]"])
+def test_the_vocabulary_comes_from_a_text_config_or_is_left_to_the_loader(tmp_path,
+                                                                           config_json):
+    model = _model_dir(tmp_path, config_json)
+    teacher = {"backend": "vllm", "vllm": {"model": str(model)},
+               "sampling": {"logit_bias": {1000: 5.0}}}
+    problems = worker_problems(GenerateConfig(out=str(tmp_path), teacher=teacher),
+                               OutProbe.create(tmp_path))
+    assert len(problems) == ("vocab_size" in config_json)
+
+
+def test_a_model_on_other_nodes_is_left_to_the_loader(tmp_path):
+    tokenizer = _model_dir(tmp_path, "{}")  # the chunk worker reads only the tokenizer
+    teacher = {"backend": "vllm", "vllm": {"model": "/on/the/gpu/nodes/only",
+                                           "tokenizer": str(tokenizer)},
+               "sampling": {"logit_bias": {10**6: 5.0}}}
+    assert worker_problems(GenerateConfig(out=str(tmp_path), teacher=teacher),
+                           OutProbe.create(tmp_path)) == []
+
+
 def _summary(**fields) -> RunSummary:
     base = {"out": "OUT", "counts": {}, "generated": 0,
             "seconds": 1.0, "complete": False}

@@ -101,30 +101,60 @@ def test_a_killed_engine_is_restarted_and_its_batch_rerun(vllm_teacher, ray_head
     assert not orphans, f"processes of the killed engine still run: {orphans}"
 
 
-def test_a_logit_bias_past_the_vocabulary_fails_each_chunk_in_one_line(ray_head, tmp_path):
-    """Before, the engine started and vLLM refused every request: every row failed with its
-    reason and the run was "complete". Now the engine refuses the config when it starts and
-    each chunk fails naming teacher.sampling.logit_bias (exit 1 from the CLI). One more engine
-    start (num_cpus 0: beside the module's engine and the chunk worker on the 2-CPU head); the
-    chunk worker creates it, so it goes with the worker at the end of the run."""
+def _past_the_vocabulary() -> tuple[dict, str]:
+    """The tests' vllm teacher with a logit_bias id past its vocabulary, and the reason."""
     from transformers import AutoConfig
-
-    from datagen.pipeline import run_generation
 
     teacher = vllm_actor_config()
     teacher["vllm"]["num_cpus"] = 0
     teacher["sampling"]["logit_bias"] = {1_000_000: 1.0, 5: -1.0}
+    vocab_size = AutoConfig.from_pretrained(teacher["vllm"]["model"]).vocab_size
+    return teacher, (f"teacher.sampling.logit_bias: token id(s) [1000000] outside the model's "
+                     f"{vocab_size:,} logits")
+
+
+def test_a_logit_bias_past_the_vocabulary_is_refused_before_any_engine_starts(ray_head,
+                                                                               tmp_path):
+    """Where the chunk worker can read the model's config.json, its setup refuses the config
+    (the CLI's exit 2, datagen.pipeline.preflight): no engine is started and no chunk runs.
+    Before, each chunk failed with this reason once an engine had started (~50 s here)."""
+    import ray
+
+    from datagen.pipeline import run_generation
+    from datagen.pipeline.cluster import ClusterError
+
+    teacher, reason = _past_the_vocabulary()
     model = teacher["vllm"]["model"]
     config = GenerateConfig(out=str(tmp_path / "out"), num_trajectories=8, chunk_size=4,
                             envs=[{"name": "sql"}], teacher=teacher, num_workers=1,
                             progress=False)
-    summary = run_generation(config)
-    reason = (f"EngineNotReady: a vLLM engine failed to start: ValueError: "
-              f"teacher.sampling.logit_bias: token id(s) [1000000] outside the model's "
-              f"{AutoConfig.from_pretrained(model).vocab_size:,} logits (loading {model})")
-    assert not summary.complete and [chunk for chunk, _ in summary.failed_chunks] == [0, 1]
-    for _, error in summary.failed_chunks:
-        assert error.endswith(reason) and "\n" not in error, error
-    text = summary.format()
-    assert re.search(rf"^FAILED 2 chunks \(0, 1\): (\S+\.)?{re.escape(reason)} \(rerun the same "
-                     rf"command to retry\)$", text, re.MULTILINE), text
+    engines = set(ray.util.list_named_actors())
+    with pytest.raises(ClusterError) as refused:
+        run_generation(config)
+    assert re.fullmatch(rf"no chunk worker can run this config:\n  - on \S+: "
+                        rf"{re.escape(reason)} \(teacher\.vllm\.model "
+                        rf"{re.escape(model)}/config\.json\)", str(refused.value)), refused.value
+    assert set(ray.util.list_named_actors()) == engines
+
+
+def test_a_logit_bias_past_the_vocabulary_fails_the_engine_start_in_one_line(ray_head):
+    """Where only the engine's node has the model (a GPU node), the engine refuses the config
+    as it starts, before loading the weights, and each chunk fails with its one line (exit 1
+    from the CLI). Before, the engine started and vLLM refused every request: every row
+    failed and the run was "complete". One more engine start (num_cpus 0: beside the module's
+    engine on the 2-CPU head); killed at the end."""
+    import ray
+
+    from datagen.teachers.config import TeacherConfig
+    from datagen.teachers.vllm_engine import EngineNotReady, VLLMTeacher
+
+    teacher, reason = _past_the_vocabulary()
+    client = VLLMTeacher(TeacherConfig(**teacher))
+    try:
+        with pytest.raises(EngineNotReady) as refused:
+            client.engines()
+    finally:
+        for engine in client.start_engines():
+            ray.kill(engine)
+    assert str(refused.value) == (f"a vLLM engine failed to start: ValueError: {reason} "
+                                  f"(loading {teacher['vllm']['model']})"), refused.value
