@@ -76,3 +76,32 @@ def test_zero3_job_starts_from_a_plain_qwen2_checkpoint_and_resumes(
     assert [r["step"] for r in records][-2:] == [4, 5]
     assert torch.load(Path(resumed.checkpoint) / "trainer_state.pt",
                       weights_only=False)["position"]["step"] == 5
+
+
+def test_zero3_refuses_a_checkpoint_holding_nan_as_it_loads(ray_head, pipeline_out,
+                                                             trainer_tokenizer, tmp_path, capsys):
+    """Under ZeRO-3 each rank checks its partition of the weights as loaded (`ds_tensor`,
+    trainer.checkpoint_check): a nan in the released checkpoint is named with its file and
+    tensor, not trained on (a step-1 divergence advising a lower optim.lr), and not
+    restarted under run.max_failures."""
+    from safetensors.torch import load_file, save_file
+
+    from tests.trainer.test_fit_bad_data import _fit
+    from trainer.tokens import load_tokenizer
+
+    released = tmp_path / "released"
+    _plain_qwen2(released, len(load_tokenizer(str(trainer_tokenizer))))
+    weights = load_file(released / "model.safetensors")
+    weights["model.layers.1.mlp.down_proj.weight"][0, :3] = float("nan")
+    save_file(weights, released / "model.safetensors", metadata={"format": "pt"})
+    ds_json = tmp_path / "zero3_cpu.json"
+    ds_json.write_text(json.dumps(ZERO3_CPU))
+    code, last = _fit(pipeline_out, trainer_tokenizer, tmp_path, capsys,
+                      f"model.init_from={released}", "model.use_landmark=false",
+                      "data.max_seq_len=1024", "scaling.strategy=deepspeed",
+                      f"scaling.deepspeed_config={ds_json}", "run.max_failures=2")
+    assert code == 1
+    assert last == (f"training failed: bad checkpoint: {released}/model.safetensors: tensor "
+                    f"model.layers.1.mlp.down_proj.weight holds 3 nan or inf values (of 8,192, "
+                    f"in float32); start from a checkpoint whose weights are finite"), last
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # refused before any step
