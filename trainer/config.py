@@ -426,6 +426,10 @@ class RunConfig(StrictModel):
     progress: bool = Field(True, description="progress bars on the driver's console (the "
                            "train loop's and Ray Data's); set false where the console is a log "
                            "file (`ray job submit`): there each redraw is a line")
+    worker_tracebacks: bool = Field(False, description="print the Ray workers' Python "
+                                    "traceback frames on the console (false: each process's "
+                                    "lines and each exception's own line; the frames stay in "
+                                    "Ray's logs, and a failed run says where)")
     mch_auroc_window: Count = Field(512, ge=2, description="labelled MCH steps behind the "
                                     "running AUROC logged in metrics.jsonl (mch_auroc); each is "
                                     "scored before the step trains on it")

@@ -149,14 +149,14 @@ def job_env_vars() -> dict[str, str]:
             "RAY_DATA_USAGE_DISABLED": os.environ["RAY_DATA_USAGE_DISABLED"]}
 
 
-def init_ray(address: str | None) -> bool:
+def init_ray(address: str | None, worker_tracebacks: bool = False) -> bool:
     """Join `address` / $RAY_ADDRESS, or start a local Ray with the dashboard on (Ray Train's
     placement-group cleanup relies on the State API it serves). True if this process started
     the Ray it is connected to, in this call or before (`trainer loop` starts one for all its
     fits): nothing else scales or joins it, so workers it cannot hold are refused at once
     (trainer.placement). Without an address, ray.init joins a `ray start` head of this host
     if there is one: not started here. The workers' logs are printed without traceback frames
-    (trainer.worker_logs)."""
+    unless `worker_tracebacks` (trainer.worker_logs)."""
     import ray
 
     from datagen.pipeline.cluster import check_address, started_here
@@ -168,7 +168,7 @@ def init_ray(address: str | None) -> bool:
         runtime_env = {"env_vars": job_env_vars()}
         ray.init(address=address, include_dashboard=None if address else True,
                  logging_level=logging.WARNING, runtime_env=runtime_env)
-    hide_worker_tracebacks()
+    hide_worker_tracebacks(not worker_tracebacks)
     return started_here()
 
 
@@ -253,7 +253,7 @@ def _train(cfg: TrainConfig, recipe: Any) -> FitResult:
                                    worker_resources)
     from trainer.retries import StopOnLastingFailure, lasting_failures_unwrapped
 
-    started_here = init_ray(cfg.ray_address)
+    started_here = init_ray(cfg.ray_address, cfg.run.worker_tracebacks)
     check_rollout_actors(cfg, started_here)
     place_workers(cfg.scaling, started_here)
     parquet_reader_without_actors()

@@ -70,10 +70,14 @@ class FramelessPrinter:
         self.streams: dict[tuple[Any, bool], TracebackLines] = {}
         self.lock = threading.Lock()
         self.last_batch = time.monotonic()
+        self.hiding = True
 
     def __call__(self, batch: dict[str, Any]) -> None:
         with self.lock:
             self.last_batch = time.monotonic()
+            if not self.hiding:
+                self.print_batch(batch)
+                return
             stream = self.streams.setdefault((batch.get("pid"), bool(batch.get("is_err"))),
                                              TracebackLines())
             lines = [line for line in batch.get("lines", ()) if stream.keep(line)]
@@ -89,8 +93,9 @@ class FramelessPrinter:
 _installed: FramelessPrinter | None = None
 
 
-def hide_worker_tracebacks() -> None:
-    """Wrap this driver's printer of worker logs (after `ray.init`; once per process)."""
+def hide_worker_tracebacks(hide: bool = True) -> None:
+    """Wrap this driver's printer of worker logs (after `ray.init`), hiding frames or, with
+    `hide` false (`run.worker_tracebacks`), printing every line as Ray would."""
     global _installed
     try:
         from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
@@ -101,6 +106,9 @@ def hide_worker_tracebacks() -> None:
             if name == PRINTER and not isinstance(handler, FramelessPrinter):
                 _installed = FramelessPrinter(handler)
                 dispatcher.handlers[index] = (name, _installed)
+    if _installed is not None:
+        with _installed.lock:
+            _installed.hiding = hide
 
 
 def hidden_traceback_lines() -> int:
@@ -156,4 +164,4 @@ def logs_hint() -> str:
     except AttributeError:
         where = "Ray's session logs"
     return (f"({hidden:,} lines of Ray workers' tracebacks not shown here: they are in "
-            f"{where} on each node)")
+            f"{where} on each node; run.worker_tracebacks: true prints them)")

@@ -78,6 +78,15 @@ def test_a_traceback_split_over_batches_is_followed_per_process():
     assert printer.hidden == len(lines) - 9
 
 
+def test_with_run_worker_tracebacks_every_line_is_printed():
+    printed = []
+    printer = FramelessPrinter(printed.append)
+    printer.hiding = False  # what hide_worker_tracebacks(False) sets
+    batch = {"pid": 1, "is_err": True, "lines": WORKER_LOG.splitlines()}
+    printer(batch)
+    assert printed == [batch] and printer.hidden == 0
+
+
 def test_a_failed_fit_prints_no_frames_and_its_reason_last(ray_head, pipeline_out,
                                                            trainer_tokenizer, tmp_path):
     out = _trajectories_only(pipeline_out, tmp_path)
@@ -95,7 +104,8 @@ def test_a_failed_fit_prints_no_frames_and_its_reason_last(ray_head, pipeline_ou
     assert lines[-1].startswith(f"training failed: bad data: {out}/trajectories/"
                                 f"part-000000.parquet: row id={row_id!r}"), lines[-5:]
     hint = re.fullmatch(r"\(([\d,]+) lines of Ray workers' tracebacks not shown here: they "
-                        r"are in (\S+) on each node\)", lines[-2])
+                        r"are in (\S+) on each node; run\.worker_tracebacks: true prints "
+                        r"them\)", lines[-2])
     assert hint and int(hint[1].replace(",", "")) > 50, lines[-2]
     frames = [line for line in lines if FRAME.match(re.sub(r"^.*?\x1b\[0m ?", "", line))]
     assert not frames, frames[:5]
