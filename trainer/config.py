@@ -423,9 +423,10 @@ class RunConfig(StrictModel):
                               "non-finite weights end the run at once (a restart would fail "
                               "the same way)")
     seed: Seed = 0
-    progress: bool = Field(True, description="progress bars on the driver's console (the "
-                           "train loop's and Ray Data's); set false where the console is a log "
-                           "file (`ray job submit`): there each redraw is a line")
+    progress: bool | None = Field(None, description="progress bars on the driver's console "
+                                  "(the train loop's and Ray Data's); unset: on when the "
+                                  "driver's stderr is a terminal, off in a log file (`ray job "
+                                  "submit`, a pipe), where each redraw would be a line")
     worker_tracebacks: bool = Field(False, description="print the Ray workers' Python "
                                     "traceback frames on the console (false: each process's "
                                     "lines and each exception's own line; the frames stay in "

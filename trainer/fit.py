@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,10 +197,20 @@ def original_map_errors() -> None:
     ray.data.DataContext.get_current().raise_original_map_exception = True
 
 
+def with_console_progress(cfg: TrainConfig) -> TrainConfig:
+    """`run.progress` unset: bars when the driver's stderr is a terminal. Under `ray job
+    submit` the driver's stderr is the job's log file, where every redraw of every bar became
+    a line (~500 lines for a 2-step fit); decided here, where the console is, and sent to the
+    workers as a plain true / false."""
+    if cfg.run.progress is not None:
+        return cfg
+    run = cfg.run.model_copy(update={"progress": sys.stderr.isatty()})
+    return cfg.model_copy(update={"run": run})
+
+
 def data_progress_bars(enabled: bool) -> None:
-    """Ray Data's bars (one per stage of the training stream) follow `run.progress`: with the
-    bars off, as under `ray job submit` where the console is a log file, they printed a line
-    per redraw (~500 lines for a 2-step fit)."""
+    """Ray Data's bars (one per stage of the training stream) follow `run.progress`: they
+    were on whatever it said."""
     import ray.data
 
     ray.data.DataContext.get_current().enable_progress_bars = enabled
@@ -253,6 +264,7 @@ def _train(cfg: TrainConfig, recipe: Any) -> FitResult:
                                    worker_resources)
     from trainer.retries import StopOnLastingFailure, lasting_failures_unwrapped
 
+    cfg = with_console_progress(cfg)
     started_here = init_ray(cfg.ray_address, cfg.run.worker_tracebacks)
     check_rollout_actors(cfg, started_here)
     place_workers(cfg.scaling, started_here)

@@ -1,7 +1,8 @@
 """What a failed `trainer fit` prints: the workers' own lines without Python traceback frames,
-then where the frames are, then the one-line failure last (trainer.worker_logs). Before, one
-bad row gave a 4,780-line stderr (~600 lines of frames from three processes, and Ray Data's
-progress bars redrawn line by line), with the failure line in the middle of it."""
+then where the frames are, then the one-line failure last (trainer.worker_logs), and no
+progress bars where stderr is not a terminal. Before, one bad row gave a 4,780-line stderr
+(~600 lines of frames from three processes, and Ray Data's progress bars redrawn line by
+line), with the failure line in the middle of it."""
 
 from __future__ import annotations
 
@@ -87,13 +88,27 @@ def test_with_run_worker_tracebacks_every_line_is_printed():
     assert printed == [batch] and printer.hidden == 0
 
 
+def test_progress_bars_by_default_only_on_a_terminal(monkeypatch):
+    from trainer.config import load_config
+    from trainer.fit import with_console_progress
+
+    config = load_config(ROOT / "configs" / "train_tiny.yaml", [])
+    assert config.run.progress is None
+    for terminal in (True, False):
+        monkeypatch.setattr(sys.stderr, "isatty", lambda terminal=terminal: terminal)
+        assert with_console_progress(config).run.progress is terminal
+        explicit = load_config(ROOT / "configs" / "train_tiny.yaml",
+                               [f"run.progress={str(not terminal).lower()}"])
+        assert with_console_progress(explicit).run.progress is (not terminal)
+
+
 def test_a_failed_fit_prints_no_frames_and_its_reason_last(ray_head, pipeline_out,
                                                            trainer_tokenizer, tmp_path):
     out = _trajectories_only(pipeline_out, tmp_path)
     row_id = _with_unknown_span_kind(out)
     settings = [f"shards={out}", f"tokenizer={trainer_tokenizer}", f"run_dir={tmp_path / 'run'}",
-                f"ray_address={ray_head.address}", "run.max_steps=2", "run.progress=false",
-                "data.max_seq_len=256"]
+                f"ray_address={ray_head.address}", "run.max_steps=2",
+                "data.max_seq_len=256"]  # run.progress unset: stderr is a pipe, no bars
     result = subprocess.run(
         [sys.executable, "-m", "trainer", "fit", "--config", str(ROOT / "configs" /
                                                                   "train_tiny.yaml"),
