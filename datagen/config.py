@@ -279,7 +279,9 @@ class GenerateConfig(StrictModel):
                                       "at most 10^6)")
     overwrite: bool = Field(False, description="replace an output directory written with a "
                             "different config (run-only)")
-    progress: bool = Field(True, description="show a progress bar (run-only)")
+    progress: bool | None = Field(None, description="show a progress bar (run-only); unset: "
+                                  "when stderr is a terminal (in a `ray job submit` log each "
+                                  "redraw would be written)")
     worker_start_timeout_s: float = Field(
         300.0, ge=MIN_SECONDS, le=86_400, description="run-only: how long a chunk worker may "
         "wait to be placed and started (runtime_env installs included) while no worker is "

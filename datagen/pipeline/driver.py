@@ -131,7 +131,8 @@ def _run_chunks(config: GenerateConfig, todo: list[Chunk], done_rows: int,
     dispatch = ChunkDispatch(todo, config.max_in_flight, policy.max_chunk_attempts,
                              config.stop_after_failed_chunks)
     bar = tqdm(total=config.num_trajectories, initial=done_rows, unit="traj",
-               disable=not config.progress, smoothing=0.1, dynamic_ncols=True)
+               disable=None if config.progress is None else not config.progress,  # None: tty
+               smoothing=0.1, dynamic_ncols=True)
     try:
         pool.start(_worker_count(config, len(todo), policy))
         loop = _Loop(pool, dispatch, bar, run)
