@@ -1,7 +1,9 @@
 """A shard row that breaks the data contract ends a real `trainer fit` with one line naming
 the shard, the row id, the column and the problem, without advice to rerun (a rerun fails
 the same way): the reader stage's DataError reaches the driver through Ray Data and Ray
-Train (trainer.fit.original_map_errors, root_error)."""
+Train (trainer.fit.original_map_errors, root_error). The unknown-span-kind row's fit is
+tests/trainer/test_fit_not_retried.py's (with restarts allowed) and test_fit_console.py's
+(the CLI's whole stderr); helpers here serve both."""
 
 from __future__ import annotations
 
@@ -35,21 +37,6 @@ def _fit(out, tokenizer, tmp_path, capsys, *overrides: str) -> tuple[int, str]:
     code = main(["fit", "--config", str(ROOT / "configs" / "train_tiny.yaml"),
                  *[arg for value in sets for arg in ("--set", value)]])
     return code, capsys.readouterr().err.strip().splitlines()[-1]
-
-
-def test_a_bad_row_fails_the_fit_with_one_line_naming_it(pipeline_out, trainer_tokenizer,
-                                                          tmp_path, capsys):
-    out = tmp_path / "out"
-    shutil.copytree(pipeline_out, out)
-    for table in ("repairs", "preferences", "consistency"):  # trajectories alone: a short feed
-        shutil.rmtree(out / table, ignore_errors=True)
-    row_id = _with_unknown_span_kind(out)
-    code, last = _fit(out, trainer_tokenizer, tmp_path, capsys, "data.max_seq_len=256")
-    assert code == 1
-    assert last.startswith(f"training failed: bad data: {out}/trajectories/part-000000.parquet: "
-                           f"row id={row_id!r} (row 0): column 'spans' has a span of unknown "
-                           f"kind 'BOGUS'"), last
-    assert "rerun" not in last
 
 
 def test_a_repairs_column_of_another_type_is_refused_before_training(pipeline_out,

@@ -104,6 +104,7 @@ def test_bad_data_is_not_retried(ray_head, pipeline_out, trainer_tokenizer, tmp_
     assert last.startswith(f"training failed: bad data: {out}/trajectories/part-000000.parquet: "
                            f"row id={row_id!r} (row 0): column 'spans' has a span of unknown "
                            f"kind 'BOGUS'"), last
+    assert "rerun" not in last  # a rerun reads the same row
 
 
 def test_a_diverged_step_is_not_retried(ray_head, pipeline_out, trainer_tokenizer, tmp_path,
