@@ -25,7 +25,7 @@ import orjson
 
 from critics.critique import Critique, CritiqueRequest, brief
 from datagen.chat import render_call
-from datagen.teachers.base import MIN_CALLS_JUDGED, BackendAnsweredNone
+from datagen.teachers.base import BackendAnsweredNone, answered_none
 from datagen.types import ToolCall
 
 _CRITIQUE = re.compile(r"<critique>(.*?)</critique>", re.S | re.I)
@@ -100,7 +100,7 @@ def check_answered(replies: list[str | BaseException], what: str) -> None:
     failures: the chunk fails and a rerun retries it. Before, a dead critic endpoint cost every
     chunk its repairs (or its falsification checks), and the run completed without them."""
     failed = [reply for reply in replies if isinstance(reply, BaseException)]
-    if len(replies) >= MIN_CALLS_JUDGED and len(failed) == len(replies):
+    if answered_none(len(replies), len(failed)):
         raise BackendAnsweredNone(f"the critic's backend failed all {len(replies):,} {what} of "
                                   f"the chunk: {type(failed[0]).__name__}: {str(failed[0])[:200]}")
 

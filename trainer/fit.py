@@ -209,8 +209,8 @@ def with_console_progress(cfg: TrainConfig) -> TrainConfig:
 
 
 def data_progress_bars(enabled: bool) -> None:
-    """Ray Data's bars (one per stage of the training stream) follow `run.progress`: they
-    were on whatever it said."""
+    """Ray Data's bars (one per stage of the training stream) follow `run.progress` (before,
+    they were on even with run.progress false)."""
     import ray.data
 
     ray.data.DataContext.get_current().enable_progress_bars = enabled

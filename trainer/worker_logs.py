@@ -111,11 +111,6 @@ def hide_worker_tracebacks(hide: bool = True) -> None:
             _installed.hiding = hide
 
 
-def hidden_traceback_lines() -> int:
-    """How many traceback lines of worker logs this driver has not printed."""
-    return _installed.hidden if _installed else 0
-
-
 def wait_for_quiet_logs(quiet_s: float = 1.0, limit_s: float = 5.0) -> None:
     """Wait (at most `limit_s`) until no worker log has arrived for `quiet_s`: the workers'
     last lines about a failure reach the driver after the failure itself, and would print
@@ -155,7 +150,7 @@ def settle_worker_logs() -> None:
 
 def logs_hint() -> str:
     """Where the frames are, for the line after a failure; empty if none were hidden."""
-    if not (hidden := hidden_traceback_lines()):
+    if not (hidden := _installed.hidden if _installed else 0):
         return ""
     import ray
 

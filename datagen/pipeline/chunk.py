@@ -24,7 +24,7 @@ from datagen.pipeline.storage import is_uri
 from datagen.pipeline.stages.base import Stage, StageContext, configured_stages, tables_of
 from datagen.tasks import TaskError, TaskSource
 from datagen.teachers import EnvPool, Teacher, make_teacher
-from datagen.teachers.base import MIN_CALLS_JUDGED, BackendAnsweredNone, failed_trajectory
+from datagen.teachers.base import BackendAnsweredNone, answered_none, failed_trajectory
 from datagen.types import Task, Trajectory
 
 
@@ -40,8 +40,8 @@ NO_ANSWER_KINDS = frozenset({"generation_failed", "engine_lost", "rollout_raised
 
 
 class TeacherAnsweredNone(BackendAnsweredNone):
-    """Every episode of a chunk (MIN_CALLS_JUDGED or more) ended because the teacher's backend
-    did not answer."""
+    """Every episode of a chunk (datagen.teachers.base.MIN_CALLS_JUDGED or more) ended because
+    the teacher's backend did not answer."""
 
 
 def check_teacher_answered(trajectories: list[Trajectory]) -> None:
@@ -49,10 +49,9 @@ def check_teacher_answered(trajectories: list[Trajectory]) -> None:
     Before, such a chunk was written as failed rows and marked complete: a run against a
     mistyped endpoint or key wrote 5M `generation_failed` rows, "complete", exit 0, and the
     rerun after the fix found nothing to do."""
-    if len(trajectories) < MIN_CALLS_JUDGED:
-        return
     kinds = Counter(traj.error_kind for traj in trajectories)
-    if kinds.keys() <= NO_ANSWER_KINDS:
+    unanswered = sum(count for kind, count in kinds.items() if kind in NO_ANSWER_KINDS)
+    if answered_none(len(trajectories), unanswered):
         counts = ", ".join(f"{kind} {count:,}" for kind, count in kinds.most_common())
         raise TeacherAnsweredNone(f"every episode failed in the teacher's backend ({counts}): "
                                   f"{(trajectories[0].error or '')[:200]}")

@@ -23,6 +23,12 @@ from datagen.types import Task, Trajectory, trajectory_id
 MIN_CALLS_JUDGED = 8
 
 
+def answered_none(calls: int, failed: int) -> bool:
+    """Whether a batch of `calls`, `failed` of them in the backend, is judged the backend's
+    failure (the rule above)."""
+    return calls >= MIN_CALLS_JUDGED and failed == calls
+
+
 class BackendAnsweredNone(RuntimeError):
     """Every call of a batch failed in the model's backend: the chunk fails (no marker, a rerun
     retries it) instead of being written as failed rows and marked complete."""
