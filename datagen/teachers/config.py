@@ -138,16 +138,29 @@ def ray_amount_problem(amount: float, gpus: bool = False) -> str | None:
     return None
 
 
+class LogitBiasOutsideVocab(ValueError):
+    """`logit_bias` token ids past the model's logits, named under the config field that set
+    them; `under` names another section's field (the critics' `critics.llm` model loads through
+    the teacher backends, which know only `teacher.`)."""
+
+    def __init__(self, field: str, outside: list[int], vocab_size: int) -> None:
+        super().__init__(f"{field}: token id(s) {outside[:5]} outside the model's "
+                         f"{vocab_size:,} logits")
+        self.outside, self.vocab_size = outside, vocab_size
+
+    def under(self, field: str) -> "LogitBiasOutsideVocab":
+        return LogitBiasOutsideVocab(field, self.outside, self.vocab_size)
+
+
 def check_logit_bias(sampling: SamplingConfig, vocab_size: int,
                      field: str = "teacher.sampling.logit_bias") -> None:
-    """A ValueError naming the `logit_bias` token ids past the model's logits, which a config
-    cannot know (TokenId stops at 2^24): hf would index past its logits (IndexError in every
-    row, the run "complete"), vLLM refuses each request. Chunk workers check a local model's
-    config.json (datagen.pipeline.preflight); the hf backend checks again when its model
-    loads, the vllm engine actor when its engine starts."""
+    """LogitBiasOutsideVocab (a ValueError) naming the `logit_bias` token ids past the model's
+    logits, which a config cannot know (TokenId stops at 2^24): hf would index past its logits
+    (IndexError in every row, the run "complete"), vLLM refuses each request. Chunk workers
+    check a local model's config.json (datagen.pipeline.preflight); the hf backend checks again
+    when its model loads, the vllm engine actor when its engine starts."""
     if outside := sorted(token for token in sampling.logit_bias if token >= vocab_size):
-        raise ValueError(f"{field}: token id(s) {outside[:5]} outside the model's "
-                         f"{vocab_size:,} logits")
+        raise LogitBiasOutsideVocab(field, outside, vocab_size)
 
 
 class _Strict(BaseModel):

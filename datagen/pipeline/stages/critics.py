@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # the critics pull in jsonschema and the mutators: imported w
     from critics.repair import Repair
     from datagen.pipeline.inspect import DatasetView
     from datagen.teachers.completion import BackendCompleter
+    from datagen.teachers.config import TeacherConfig
+    from datagen.teachers.episode import TurnBackend
     from mutators import Rejected
 
 
@@ -55,7 +57,7 @@ def critic_completer(config: CriticsConfig, teacher: Teacher | None, work_dir: s
     from datagen.teachers.completion import BackendCompleter
 
     if config.llm is not None:
-        section, backend = config.llm, make_teacher(config.llm, work_dir=work_dir).backend
+        section, backend = config.llm, critic_backend(config.llm, work_dir)
     elif teacher is not None and hasattr(teacher, "backend"):
         section, backend = teacher.config, teacher.backend
     else:
@@ -63,6 +65,17 @@ def critic_completer(config: CriticsConfig, teacher: Teacher | None, work_dir: s
     return BackendCompleter(backend, section.sampling.max_tokens_per_turn, system_prompt,
                             section.episode.max_concurrent_episodes,
                             section.episode.max_total_tokens)
+
+
+def critic_backend(section: TeacherConfig, work_dir: str | None) -> TurnBackend:
+    """`critics.llm`'s model, loaded as a teacher; a logit_bias past its vocabulary (a hub
+    model, which the chunk's preflight cannot read) is named under critics.llm."""
+    from datagen.teachers.config import LogitBiasOutsideVocab
+
+    try:
+        return make_teacher(section, work_dir=work_dir).backend
+    except LogitBiasOutsideVocab as error:
+        raise error.under("critics.llm.sampling.logit_bias") from None
 
 
 @register_stage

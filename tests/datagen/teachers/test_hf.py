@@ -169,3 +169,16 @@ def test_a_logit_bias_past_the_models_logits_is_refused_when_the_model_loads(tin
     with pytest.raises(ValueError, match=r"^teacher.sampling.logit_bias: token id\(s\) "
                                          r"\[1000000\] outside the model's [\d,]+ logits$"):
         HFBackend(config.hf, config.sampling)
+
+
+def test_the_critics_own_model_names_its_logit_bias_under_critics_llm(tiny_model):
+    """A hub model for critics.llm is out of the preflight's reach; its load names the field
+    the user set, not the teacher's (which may be the oracle, with no logit_bias at all)."""
+    from datagen.config import CriticsConfig
+    from datagen.pipeline.stages.critics import make_critic
+
+    critic_model = _hf_config(tiny_model, logit_bias={1_000_000: 1.0}).model_dump()
+    critics = CriticsConfig(backend="llm", llm=critic_model)
+    with pytest.raises(ValueError, match=r"^critics\.llm\.sampling\.logit_bias: token id\(s\) "
+                                         r"\[1000000\] outside the model's [\d,]+ logits$"):
+        make_critic(critics)
