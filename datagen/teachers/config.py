@@ -146,7 +146,10 @@ class LogitBiasOutsideVocab(ValueError):
     def __init__(self, field: str, outside: list[int], vocab_size: int) -> None:
         super().__init__(f"{field}: token id(s) {outside[:5]} outside the model's "
                          f"{vocab_size:,} logits")
-        self.outside, self.vocab_size = outside, vocab_size
+        self.field, self.outside, self.vocab_size = field, outside, vocab_size
+
+    def __reduce__(self) -> tuple:  # raised in a vLLM engine actor: Ray pickles it to the caller
+        return type(self), (self.field, self.outside, self.vocab_size)
 
     def under(self, field: str) -> "LogitBiasOutsideVocab":
         return LogitBiasOutsideVocab(field, self.outside, self.vocab_size)

@@ -156,5 +156,5 @@ def test_a_logit_bias_past_the_vocabulary_fails_the_engine_start_in_one_line(ray
     finally:
         for engine in client.start_engines():
             ray.kill(engine)
-    assert str(refused.value) == (f"a vLLM engine failed to start: ValueError: {reason} "
+    assert str(refused.value) == (f"a vLLM engine failed to start: LogitBiasOutsideVocab: {reason} "
                                   f"(loading {teacher['vllm']['model']})"), refused.value
