@@ -161,6 +161,25 @@ def read_deepspeed_config(path: str, micro_batch: int, optim: OptimConfig) -> di
     return config
 
 
+def skip_cpu_shm_comm(ranks: int) -> None:
+    """Keep DeepSpeed's CPU accelerator from JIT-compiling its shared-memory allreduce
+    (`deepspeed_shm_comm`: 30-55 s of C++ on 2 cores, again for every new venv path) where it
+    has no peer to reduce with: one rank on CPU (the CPU tests and self-check). DeepSpeed then
+    keeps torch.distributed (gloo), as it does wherever the op cannot build. More ranks, or
+    a GPU, are left to DeepSpeed. Call before the first DeepSpeed call of the process."""
+    if ranks != 1:
+        return
+    from deepspeed.accelerator import get_accelerator
+
+    if get_accelerator().device_name() != "cpu":
+        return
+    import deepspeed.ops
+
+    compatible = getattr(deepspeed.ops, "__compatible_ops__", None)  # probed once, then kept
+    if isinstance(compatible, dict):
+        compatible["deepspeed_shm_comm"] = False
+
+
 class DeepSpeedEngine:
     """DeepSpeed's engine (ZeRO stage and bf16 from the JSON); checkpoints both as Hugging
     Face weights (gathered to rank 0 under ZeRO-3) and as DeepSpeed's sharded state."""

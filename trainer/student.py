@@ -17,7 +17,8 @@ import torch
 from trainer.checkpoint_check import CheckpointError, non_finite_weight
 from trainer.checkpoints import Position, load_state
 from trainer.config import TrainConfig
-from trainer.engines import DDPEngine, DeepSpeedEngine, read_deepspeed_config
+from trainer.engines import (DDPEngine, DeepSpeedEngine, read_deepspeed_config,
+                             skip_cpu_shm_comm, world_size)
 from trainer.model import BUILDERS, AgentQwen2Config, AgentQwen2ForCausalLM
 from trainer.model.builders import freeze_below_top_layers
 from trainer.tokens import TextTokenizer, load_tokenizer, special_ids
@@ -146,6 +147,8 @@ def start_student(cfg: TrainConfig, resume_dir: str | None, micro_batch_rows: in
     deepspeed = cfg.scaling.strategy == "deepspeed"
     ds_config = read_deepspeed_config(cfg.scaling.deepspeed_config, micro_batch_rows,
                                       cfg.optim) if deepspeed else None
+    if deepspeed:
+        skip_cpu_shm_comm(world_size())
     model = build_student(cfg, special, round_up(len(tokenizer)), resume_dir, ds_config)
     if cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -152,6 +152,9 @@ def check_hf_checkpoint(engine, model: AgentQwen2ForCausalLM, failures: list[str
 def init_distributed(device: str) -> None:
     import deepspeed
 
+    from trainer.engines import skip_cpu_shm_comm
+
+    skip_cpu_shm_comm(1)  # this script runs one rank; a no-op on a GPU
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
                        ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29511")):
         os.environ.setdefault(key, value)
