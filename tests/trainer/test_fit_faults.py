@@ -19,7 +19,7 @@ from tests.conftest import RAY_BIN, ROOT, ray_job_submit
 from trainer.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
-SAVE_EVERY, MAX_STEPS = 4, 30  # a step takes ~0.3 s here: the kill has a window of seconds
+SAVE_EVERY, MAX_STEPS = 4, 16  # a step takes ~0.3 s here: the kill has a window of seconds
 
 
 def _fit_entrypoint(run_dir, shards, tokenizer) -> list[str]:
