@@ -21,6 +21,7 @@ from datagen.envs import import_modules
 from datagen.pipeline.consistency import rollout_samples
 from datagen.pipeline.shards import ChunkRecord, ShardStore
 from datagen.pipeline.storage import is_uri
+from datagen.provenance import code_identity
 from datagen.pipeline.stages.base import Stage, StageContext, configured_stages, tables_of
 from datagen.tasks import TaskError, TaskSource
 from datagen.teachers import EnvPool, Teacher, make_teacher
@@ -203,7 +204,8 @@ class ChunkProcessor:
 
     def process(self, chunk: Chunk) -> ChunkRecord:
         """One chunk end to end. `stats["stage_seconds"]` holds the worker's CPU seconds per
-        stage (the shard store adds "write"), so a run can say where its time went."""
+        stage (the shard store adds "write"), so a run can say where its time went;
+        `stats["code"]` which code wrote the chunk (datagen/provenance.py)."""
         started, clock = time.perf_counter(), StageClock()
         trajectories = self.rollout(chunk)
         check_teacher_answered(trajectories)
@@ -211,7 +213,8 @@ class ChunkProcessor:
         seconds_rollout = time.perf_counter() - started
         tables, stage_stats = self.run_stages(trajectories, clock)
         stats = {"stages": stage_stats, "seconds_rollout": seconds_rollout,
-                 "seconds": time.perf_counter() - started, "stage_seconds": clock.seconds}
+                 "seconds": time.perf_counter() - started, "stage_seconds": clock.seconds,
+                 "code": dict(code_identity())}
         return self.store.write_chunk(chunk.index, tables, stats)
 
 

@@ -41,6 +41,7 @@ from datagen.pipeline.shards import ChunkRecord, ShardStore
 from datagen.pipeline.stages.base import configured_stages, tables_of
 from datagen.pipeline.summary import RunSummary, stage_stats, summarise
 from datagen.pipeline.workers import LivenessPolicy, WorkerPool, short_error
+from datagen.provenance import mixed_code_note
 
 __all__ = ["ClusterError", "LivenessPolicy", "init_ray", "run_generation"]
 
@@ -198,6 +199,8 @@ def _generate_locked(config: GenerateConfig, fp: str, address: str | None,
         run.notes.append(f"OUT {config.out} lies in this Ray job's working directory, a per-node "
                          "copy that Ray deletes with the session: give --out an absolute path "
                          "on shared storage")
+    if mixed := mixed_code_note(manifest["code"]):
+        run.notes.append(mixed)
     summary = summarise(stages, records, run.records, run.seconds, manifest, run.failed,
                         str(store.root), startup_seconds=run.startup_seconds,
                         requeued=run.requeued, notes=run.notes)

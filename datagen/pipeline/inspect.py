@@ -29,6 +29,7 @@ from datagen.pipeline.shards import (OutputUnreadable, manifest_shards, manifest
                                      read_manifest, shard_problem)
 from datagen.pipeline.stages.base import Stage, find_stage
 from datagen.pipeline.storage import filesystem_of, is_uri, open_storage
+from datagen.provenance import written_by
 from datagen.readers import check_schemas
 
 
@@ -168,6 +169,8 @@ def inspect_dataset(out: str | Path, samples: int = 2, seed: int = 0) -> str:
     status = "complete" if manifest["complete"] else "INCOMPLETE"
     lines = [f"{root}: {status}, {manifest['chunks']['complete']}/{manifest['chunks']['total']} "
              f"chunks, fingerprint {manifest['fingerprint']}"]
+    if code := written_by(manifest):
+        lines.append(f"  {code}")
     lines += [f"  {name}: {rows:,} rows" for name, rows in manifest["counts"].items()]
     view = DatasetView(root, manifest, _listed_shards(root, manifest), samples, seed)
     for table, paths in view.shards.items():  # a retyped column fails a query, unnamed

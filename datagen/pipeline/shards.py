@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 
 from datagen.credentials import redact_credentials
 from datagen.pipeline.storage import TMP_DIR, LocalStorage, Storage, is_uri, join, open_storage
+from datagen.provenance import code_counts
 from datagen.rows import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -558,8 +559,9 @@ class ShardStore:
                        records: list[ChunkRecord], stats: dict[str, Any] | None = None,
                        stages: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """manifest.json: schema version, fingerprint, config, completeness, rows per table,
-        every shard, the run's stages (`{"name", "tables"}` in run order) and their merged
-        counts (`stats`, per stage name)."""
+        every shard, the run's stages (`{"name", "tables"}` in run order), their merged
+        counts (`stats`, per stage name) and the code that wrote the chunks (`code`,
+        datagen/provenance.py)."""
         shards: dict[str, list[dict[str, Any]]] = {}
         for record in sorted(records, key=lambda r: r.chunk):
             for name, info in record.shards.items():
@@ -574,6 +576,7 @@ class ShardStore:
             "shards": shards,
             "stages": stages or [],
             "stats": stats or {},
+            "code": code_counts(records),
         }
         self.storage.write("manifest.json", orjson.dumps(
             manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
