@@ -4,7 +4,8 @@ Topology (one process per box):
 
     driver: resolve paths -> configured stages -> plan chunks -> skip complete ones -> start
             workers -> feed the ready ones -> re-queue chunks of lost workers -> progress ->
-            manifest + summary + card (each stage's counts, merged by the stage)
+            manifest (at the start, as chunks complete, at the end) + summary + card (each
+            stage's counts, merged by the stage)
     ChunkWorker x N (1 CPU each): setup (preflight checks, ChunkProcessor) -> process(chunk):
             rollout -> every stage (stages/) -> one shard per table + marker on disk
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +35,7 @@ from datagen.pipeline.chunk import Chunk, plan_chunks
 from datagen.pipeline.cluster import ClusterError, init_ray, job_working_dir
 from datagen.config import GenerateConfig, fingerprint, public_dump
 from datagen.pipeline.dispatch import ChunkDispatch
+from datagen.pipeline.live_manifest import LiveManifest
 from datagen.pipeline.placement import check_engines, engine_demand
 from datagen.pipeline.preflight import OutProbe, resolve_paths
 from datagen.pipeline.runlock import LockOwner, run_lock
@@ -75,8 +78,9 @@ class _Loop:
     life-cycle call, apply what happened."""
 
     def __init__(self, pool: WorkerPool, dispatch: ChunkDispatch, bar: tqdm,
-                 run: ChunkRun) -> None:
+                 run: ChunkRun, on_record: Callable[[ChunkRecord], None] | None = None) -> None:
         self.pool, self.dispatch, self.bar, self.run = pool, dispatch, bar, run
+        self.on_record = on_record
 
     def step(self) -> None:
         self.dispatch.fill(self.pool.ready(), self.pool.submit)
@@ -112,6 +116,8 @@ class _Loop:
         self.dispatch.done(ref)
         self.dispatch.written()
         self.run.records.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
         self.bar.update(chunk.stop - chunk.start)
 
     def _no_worker_left(self) -> None:
@@ -123,8 +129,10 @@ class _Loop:
 
 
 def _run_chunks(config: GenerateConfig, todo: list[Chunk], done_rows: int,
-                policy: LivenessPolicy, fence: LeaseFence | None = None) -> ChunkRun:
-    """Feed `todo` to worker actors until every chunk is written or has failed."""
+                policy: LivenessPolicy, fence: LeaseFence | None = None,
+                on_record: Callable[[ChunkRecord], None] | None = None) -> ChunkRun:
+    """Feed `todo` to worker actors until every chunk is written or has failed; `on_record`
+    sees each chunk as it is written."""
     started = time.perf_counter()
     run = ChunkRun()
     probe = OutProbe.create(ShardStore(config.out).tmp)
@@ -136,7 +144,7 @@ def _run_chunks(config: GenerateConfig, todo: list[Chunk], done_rows: int,
                smoothing=0.1, dynamic_ncols=True)
     try:
         pool.start(_worker_count(config, len(todo), policy))
-        loop = _Loop(pool, dispatch, bar, run)
+        loop = _Loop(pool, dispatch, bar, run, on_record)
         while not dispatch.finished:
             loop.step()
     finally:
@@ -178,19 +186,26 @@ def _generate_locked(config: GenerateConfig, fp: str, address: str | None,
     complete = store.complete_chunks()
     todo = [chunk for chunk in chunks if chunk.index not in complete]
     done_rows = config.num_trajectories - sum(c.stop - c.start for c in todo)
+    stage_list = [{"name": s.name, "tables": [t.name for t in s.tables]} for s in stages]
+
+    def write_manifest(records: list[ChunkRecord]) -> dict[str, Any]:
+        return store.write_manifest(fp, config_dump, len(chunks), records,
+                                    stage_stats(stages, records), stage_list)
+
+    live = LiveManifest(write_manifest, store.kept,
+                        allowed=fence.held if fence is not None else lambda: True)
     run = ChunkRun()
     try:
         if todo:
+            live.start()  # inspect and verify see the run from its start (live_manifest.py)
             check_engines(config, policy.wanted, started_here=init_ray(address))
-            run = _run_chunks(config, todo, done_rows, policy, fence)
+            run = _run_chunks(config, todo, done_rows, policy, fence, live.add)
     finally:  # also on Ctrl-C: only complete chunks count; the manifest says what is there
         lost = fence is not None and not fence.held()  # OUT is another run's now: hands off
         if not lost:
             store.clear_tmp()
             records = store.records()
-            manifest = store.write_manifest(
-                fp, config_dump, len(chunks), records, stage_stats(stages, records),
-                [{"name": s.name, "tables": [t.name for t in s.tables]} for s in stages])
+            manifest = write_manifest(records)
     if lost:
         fence.check()  # raises LeaseLost, naming the run that holds OUT now
         raise LeaseLost(f"{config.out}: this run's lease could not be confirmed; no manifest "

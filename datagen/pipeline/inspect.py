@@ -25,6 +25,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from datagen.pipeline.live_manifest import EVERY_S
+from datagen.pipeline.runlock import lock_holder
 from datagen.pipeline.shards import (OutputUnreadable, manifest_shards, manifest_stages,
                                      read_manifest, shard_problem)
 from datagen.pipeline.stages.base import Stage, find_stage
@@ -169,6 +171,10 @@ def inspect_dataset(out: str | Path, samples: int = 2, seed: int = 0) -> str:
     status = "complete" if manifest["complete"] else "INCOMPLETE"
     lines = [f"{root}: {status}, {manifest['chunks']['complete']}/{manifest['chunks']['total']} "
              f"chunks, fingerprint {manifest['fingerprint']}"]
+    if running := lock_holder(root):
+        lines.append(f"  note: a run is writing here now ({running.describe()}); these are "
+                     f"its chunks as of the manifest's last update (every {EVERY_S:.0f} s "
+                     "while it runs)")
     if code := written_by(manifest):
         lines.append(f"  {code}")
     lines += [f"  {name}: {rows:,} rows" for name, rows in manifest["counts"].items()]

@@ -339,6 +339,7 @@ class ShardStore:
         self.tables = list(dict.fromkeys(tables))
         self.tmp = self._where(TMP_DIR)
         self.markers = self._where("_chunks")
+        self.kept: list[ChunkRecord] = []  # complete chunks `claim` checked and kept
         # run before each shard and before the marker of a chunk: raises when this run may
         # no longer write OUT (its s3 lease was taken over: s3lease.LeaseFence)
         self.fence: Callable[[], None] | None = None
@@ -459,16 +460,20 @@ class ShardStore:
         """Why the complete chunk `chunk` cannot be trusted (outside a plan of `planned`
         chunks, an unreadable marker or one for another chunk, a shard of another chunk or one
         that fails `shard_problem` without checksum), or None."""
+        return self._checked(chunk, planned)[1]
+
+    def _checked(self, chunk: int, planned: int | None) -> tuple[ChunkRecord | None, str | None]:
+        """(its record, None) for a chunk that passes `chunk_problem`, else (None, why)."""
         try:
             record = self.read_record(chunk)
         except (OSError, ValueError) as exc:
-            return f"marker unreadable: {exc}"
+            return None, f"marker unreadable: {exc}"
         if problem := foreign_marker(record, chunk, planned):
-            return problem
+            return None, problem
         for info in record.shards.values():
             if problem := shard_problem(self.storage, info):
-                return f"{info.file}: {problem}"
-        return None
+                return None, f"{info.file}: {problem}"
+        return record, None
 
     def read_record(self, chunk: int) -> ChunkRecord:
         """The marker of `chunk`; OSError or ValueError when it is missing or unreadable."""
@@ -476,10 +481,14 @@ class ShardStore:
 
     def drop_damaged(self, planned: int | None = None) -> list[DroppedChunk]:
         """Drop every complete chunk that fails `chunk_problem`: the run regenerates it (if
-        it is one of the run's)."""
+        it is one of the run's). The records of the chunks kept are left in `self.kept`."""
         dropped = []
+        self.kept = []
         for chunk in self.marked_chunks():
-            if reason := self.chunk_problem(chunk, planned):
+            record, reason = self._checked(chunk, planned)
+            if record is not None:
+                self.kept.append(record)
+            else:
                 self.drop_chunk(chunk)
                 fate = "dropped" if planned is not None and chunk >= planned else \
                     "damaged and will be generated again"

@@ -45,6 +45,10 @@ class VerifyReport:
     problems: list[Problem]
     running: LockOwner | None
     tables: list[str]  # the run's tables (from its stages), where strays are looked for
+    # while a run writes OUT: chunks completed since its manifest's last update (checked
+    # against their markers) and shard files of chunks not complete yet (left alone)
+    newer_chunks: int = 0
+    unfinished_files: int = 0
 
     @property
     def damaged_chunks(self) -> list[int]:
@@ -63,14 +67,19 @@ class VerifyReport:
         lines = [f"{self.root}: {self.shards:,} shards of {self.chunks[0]:,}/{self.chunks[1]:,} "
                  f"chunks checked ({checks}) in {self.seconds:.2f}s"]
         if self.running:
-            lines.append(f"note: a run is writing here now ({self.running.describe()}); "
-                         "what it has not finished shows up as problems")
+            lines.append(f"note: a run is writing here now ({self.running.describe()}): "
+                         f"{self.newer_chunks:,} chunk(s) completed since manifest.json's last "
+                         "update were checked against their markers; "
+                         f"{self.unfinished_files:,} shard file(s) of chunks not complete yet "
+                         "were left alone")
         lines += [f"  {'STRAY' if p.stray else 'DAMAGED'} {p.file}: {p.what}"
                   for p in self.problems]
         if self.problems:
             lines.append(f"result: {len(self.problems)} problem(s), {len(self.damaged_chunks)} "
                          f"damaged chunk(s); `datagen verify {self.root} --repair`, then "
                          "rerunning `datagen generate` with the same config, regenerates them")
+        elif not self.complete and self.running:
+            lines.append("result: intact so far, INCOMPLETE: the run above is still writing")
         elif not self.complete:
             lines.append("result: intact but INCOMPLETE; rerun `datagen generate` with the same "
                          "config to finish it")
@@ -107,7 +116,10 @@ def _read_markers(store: ShardStore, planned: int) -> tuple[dict[str, tuple[int,
 
 
 def _check_shards(root: Storage, listed: dict[str, ShardInfo],
-                  recorded: dict[str, tuple[int, ShardInfo]], checksum: bool) -> list[Problem]:
+                  recorded: dict[str, tuple[int, ShardInfo]], checksum: bool,
+                  running: bool = False) -> list[Problem]:
+    """Every shard the manifest or a marker records. While a run writes OUT (`running`) a
+    complete chunk the manifest does not list yet is the run's progress, not damage."""
     problems = []
     for file in sorted(listed.keys() | recorded.keys()):
         chunk, marker_info = recorded.get(file, (_chunk_of(file), None))
@@ -115,7 +127,7 @@ def _check_shards(root: Storage, listed: dict[str, ShardInfo],
         if marker_info is None:
             problems.append(Problem(file, "listed in manifest.json, but no chunk marker records "
                                     "it", chunk))
-        elif file not in listed:
+        elif file not in listed and not running:
             problems.append(Problem(file, "its chunk is complete but manifest.json does not "
                                     "list it (an interrupted run; rerun generate)", None))
         elif marker_info != info:
@@ -208,22 +220,27 @@ def verify_output(out: str | Path, checksum: bool = True) -> VerifyReport:
     started = time.perf_counter()
     root = out if is_uri(out) else Path(out)
     store = ShardStore(root)
+    running = lock_holder(root)  # a run writing OUT now: its progress is not damage
     manifest = read_manifest(store.storage)
     listed = {info.file: info for infos in manifest_shards(manifest).values() for info in infos}
     chunks = manifest["chunks"]
     recorded, problems = _read_markers(store, chunks["total"])
-    problems += _check_shards(store.storage, listed, recorded, checksum)
+    problems += _check_shards(store.storage, listed, recorded, checksum, running is not None)
     problems += _schema_problems(store.storage, listed, {p.file for p in problems})
     if checksum:  # every shard is read anyway
         problems += _duplicate_ids(store.storage, listed, {p.file for p in problems})
     tables = manifest_tables(manifest)
-    problems += _strays(store.storage, listed.keys() | recorded.keys(), tables)
+    strays = _strays(store.storage, listed.keys() | recorded.keys(), tables)
+    newer = {recorded[f][0] for f in recorded.keys() - listed.keys()} if running else set()
+    if not running:  # with a run writing, an unmarked shard is a chunk it has not finished
+        problems += strays
     problems += _count_problems(manifest, listed)
     return VerifyReport(root=root, fingerprint=str(manifest.get("fingerprint")),
                         shards=len(listed.keys() | recorded.keys()),
-                        chunks=(chunks["complete"], chunks["total"]),
+                        chunks=(chunks["complete"] + len(newer), chunks["total"]),
                         checksum=checksum, seconds=time.perf_counter() - started,
-                        problems=problems, running=lock_holder(root), tables=tables)
+                        problems=problems, running=running, tables=tables,
+                        newer_chunks=len(newer), unfinished_files=len(strays) if running else 0)
 
 
 def repair(out: str | Path, report: VerifyReport) -> tuple[list[int], int]:
