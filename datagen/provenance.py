@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
+import importlib.util
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -41,11 +41,11 @@ def code_identity() -> dict[str, str]:
     """{"version", "digest"} of the code this process runs (computed once: ~1.4 MB read)."""
     from datagen import __version__
 
-    try:
-        roots = [Path(importlib.import_module(name).__file__).parent
+    try:  # found, not imported: this module sits below the pipeline and critics
+        roots = [Path(importlib.util.find_spec(name).submodule_search_locations[0])
                  for name in SOURCE_PACKAGES]
         digest = source_digest(roots)
-    except (OSError, TypeError):  # installed without source files (a zip, a frozen build)
+    except (OSError, TypeError, AttributeError):  # no source files (a zip, a frozen build)
         digest = "unknown"
     return {"version": __version__, "digest": digest}
 
