@@ -3,6 +3,7 @@
 Checkpoint layout (one directory per report, kept by Ray Train under run_dir):
     config.json, model.safetensors, tokenizer files   Hugging Face format: from_pretrained works
     trainer_state.pt                                  step, data position, optimizer+scheduler
+    training.json                                     the data it was trained on (lineage.py)
     deepspeed/                                        DeepSpeed's sharded state (strategy deepspeed)
 
 A rerun into the same run_dir gets the latest checkpoint from `ray.train.get_checkpoint()`
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 import torch
+
+from trainer.lineage import lineage, write_lineage
 
 STATE_FILE = "trainer_state.pt"
 Item = TypeVar("Item")
@@ -55,9 +58,9 @@ def load_state(resume_dir: str | None) -> dict[str, Any] | None:
 
 
 def report_checkpoint(engine: Any, tokenizer: Any, position: Position, metrics: dict,
-                      rank: int, deepspeed: bool) -> None:
+                      rank: int, deepspeed: bool, record: dict[str, Any] | None = None) -> None:
     """Write a checkpoint in a temporary directory and hand it to Ray Train (which copies it
-    into run_dir and keeps the newest `keep_checkpoints`)."""
+    into run_dir and keeps the newest `keep_checkpoints`); `record` is its lineage."""
     import ray.train
 
     directory = Path(tempfile.mkdtemp(prefix="ckpt-"))
@@ -68,6 +71,8 @@ def report_checkpoint(engine: Any, tokenizer: Any, position: Position, metrics: 
             tokenizer.save(directory)
             torch.save({"position": position.__dict__, "engine": engine.state_dict(),
                         "rng": torch.get_rng_state()}, directory / STATE_FILE)
+            if record is not None:
+                write_lineage(directory, record, position.step)
         writes = rank == 0 or deepspeed  # DeepSpeed ranks each contribute their shards
         checkpoint = ray.train.Checkpoint.from_directory(str(directory)) if writes else None
         ray.train.report(metrics, checkpoint=checkpoint)
@@ -89,6 +94,7 @@ class StepReports:
         from trainer.metrics import MetricsLog, progress_bar
 
         self.cfg, self.rank, self.student, self.label = cfg, rank, student, label
+        self.lineage = lineage(cfg) if rank == 0 else None
         self.log = MetricsLog(Path(cfg.run_dir) / "metrics.jsonl", enabled=rank == 0)
         self.log.resume_at(student.position.step)
         self.bar = progress_bar(cfg.run.max_steps, student.position.step,
@@ -103,7 +109,7 @@ class StepReports:
         run = self.cfg.run
         if position.step >= run.max_steps or (run.save_every and position.step % run.save_every == 0):
             report_checkpoint(self.student.engine, self.student.tokenizer, position, record,
-                              self.rank, self.student.deepspeed)
+                              self.rank, self.student.deepspeed, self.lineage)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -1,9 +1,10 @@
 """`python -m trainer eval`: a checkpoint on held-out tasks, in one JSON report.
 
 Tasks come from the held-out space (`trainer.heldout`: seeds and ids no generation run can
-produce, `--eval-seed` picks a disjoint family within it) and, with `--shards OUT`, are checked
-against the training shards (a shared id or seed is refused; a shared instruction is dropped
-and replaced). The report holds `tasks` (count, per env, first/last id, a hash of the ids, the
+produce, `--eval-seed` picks a disjoint family within it) and are checked against the training
+shards - those `--shards OUT` names, else those the checkpoint records it was trained on
+(`training.json`, trainer/lineage.py) - (a shared id or seed is refused; a shared instruction
+is dropped and replaced). The report holds `tasks` (count, per env, first/last id, a hash of the ids, the
 leak check) and the sections `--only` selects (all by default):
 
 - `step_level` (`trainer.step_eval`): teacher-forced metrics on the tasks' gold trajectories:
@@ -361,6 +362,28 @@ def evaluate(config: EvalConfig) -> dict[str, Any]:
         torch.set_num_threads(threads)  # a caller's process (a benchmark, a test) keeps its own
 
 
+def training_shards(given: tuple[str, ...], checkpoint: str
+                    ) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The OUTs to check the held-out tasks against: `--shards` when given, else those the
+    checkpoint's training.json records that exist here (trainer/lineage.py); and what the
+    report says about where they came from."""
+    from trainer.lineage import recorded_shards
+
+    recorded = recorded_shards(checkpoint)
+    if given:
+        return given, {"shards_from": "--shards", "recorded_in_checkpoint": recorded}
+    if recorded is None:
+        return (), {"shards_from": None, "recorded_in_checkpoint": None}
+    found = tuple(s for s in recorded if Path(s).is_dir())
+    provenance: dict[str, Any] = {"shards_from": "checkpoint", "recorded_in_checkpoint": recorded}
+    if missing := [s for s in recorded if s not in found]:
+        provenance["recorded_not_found"] = missing
+        provenance["note"] = (f"{len(missing)} of the {len(recorded)} training OUT(s) the "
+                              "checkpoint records are not here: their instruction texts were "
+                              "not checked (pass --shards)")
+    return found, provenance
+
+
 def _evaluate(config: EvalConfig) -> dict[str, Any]:
     from datagen.envs import import_modules
 
@@ -375,8 +398,11 @@ def _evaluate(config: EvalConfig) -> dict[str, Any]:
         raise ValueError(f"checkpoint {checkpoint}: {problem}")
     reference = check_reference(checkpoint, config.reference)
     started = time.perf_counter()
-    chosen = heldout_tasks(config.envs, config.num_tasks, config.eval_seed, config.shards)
-    report: dict[str, Any] = {"checkpoint": checkpoint, "tasks": chosen.describe(),
+    shards, provenance = training_shards(config.shards, checkpoint)
+    chosen = heldout_tasks(config.envs, config.num_tasks, config.eval_seed, shards)
+    tasks = chosen.describe()
+    tasks["leak_check"].update(provenance)
+    report: dict[str, Any] = {"checkpoint": checkpoint, "tasks": tasks,
                               "config": config.model_dump(mode="json")}
     seconds = {"tasks": time.perf_counter() - started}
     if config.steps:

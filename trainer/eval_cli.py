@@ -103,7 +103,8 @@ def add_eval_command(commands: Any) -> None:
     parser.add_argument("--eval-seed", type=int, default=0, help=defaults["eval_seed"].description)
     parser.add_argument("--shards", action="append", default=[], metavar="OUT",
                         help="training OUT root to check the tasks against (repeatable): a "
-                             "shared task id or seed is refused, a shared instruction dropped")
+                             "shared task id or seed is refused, a shared instruction dropped; "
+                             "default: the OUTs the checkpoint's training.json records")
     parser.add_argument("--only", default=None, metavar="SECTION[,SECTION]",
                         help=f"run only these sections ({', '.join(SECTIONS)}; episodes "
                              "include IRR); default: all")

@@ -50,15 +50,18 @@ def test_loss_falls_on_pipeline_shards(first_run):
     assert any(r["mch_acc"] is not None for r in records)
 
 
-def test_checkpoint_is_a_hugging_face_checkpoint(first_run):
+def test_checkpoint_is_a_hugging_face_checkpoint(first_run, pipeline_out):
     from transformers import AutoModelForCausalLM
 
     from trainer.model import AgentQwen2ForCausalLM
 
     _, result, _ = first_run
     checkpoint = Path(result.checkpoint)
-    assert {"config.json", "model.safetensors", "tokenizer.json", "trainer_state.pt"} <= \
-        {p.name for p in checkpoint.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "trainer_state.pt",
+            "training.json"} <= {p.name for p in checkpoint.iterdir()}
+    trained_on = json.loads((checkpoint / "training.json").read_text())
+    assert trained_on["shards"] == [str(Path(pipeline_out).resolve())]
+    assert trained_on["recipe"] == "sad" and trained_on["step"] == FIRST_STEPS
     model = AutoModelForCausalLM.from_pretrained(checkpoint)
     assert isinstance(model, AgentQwen2ForCausalLM)
     assert model.config.split_embeddings and model.config.use_landmark and model.config.use_mch
@@ -95,6 +98,9 @@ def test_eval_runs_the_checkpoint_as_an_agent(first_run, tmp_path):
                  "--only", "steps,episodes", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["tasks"]["count"] == 2 and report["step_level"]["trajectories"] == 2
+    leak_check = report["tasks"]["leak_check"]  # no --shards: the checkpoint's own data
+    assert leak_check["shards_from"] == "checkpoint" and leak_check["training_rows"] > 0
+    assert leak_check["shards"] == leak_check["recorded_in_checkpoint"]
     summary = report["episodes"]
     assert summary["episodes"] == 2 and 0 <= summary["success_rate"] <= 1
     assert 1 <= summary["mean_steps"] <= 2 and 0 <= summary["syntax_error_rate"] <= 1

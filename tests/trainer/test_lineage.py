@@ -1,0 +1,74 @@
+"""What a checkpoint was trained on: its run's OUT plus the data behind its starting weights,
+and the OUTs `trainer eval` checks its held-out tasks against when `--shards` is not given."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trainer.config import load_config
+from trainer.eval import training_shards
+from datagen.provenance import source_digest
+from trainer.lineage import (LINEAGE_FILE, lineage, recorded_shards, trainer_code,
+                             write_lineage)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cfg(recipe, shards=None, init_from=None):
+    """The shipped config of `recipe` with the data and start of a test."""
+    name = {"sad": "train_tiny", "dpo": "dpo_tiny", "ppo": "ppo_tiny"}[recipe]
+    overrides = ["run_dir=/runs/x", "tokenizer=/runs/tokenizer",
+                 f"model.init_from={init_from}" if init_from else "model.init_from=null"]
+    if shards:
+        overrides.append(f"shards={shards}")
+    return load_config(ROOT / "configs" / f"{name}.yaml", overrides)
+
+
+def test_a_checkpoint_names_its_data_and_the_data_of_the_weights_it_started_from(tmp_path):
+    sad = tmp_path / "sad" / "checkpoint_000001"
+    sad.mkdir(parents=True)
+    write_lineage(sad, lineage(_cfg("sad", shards="/data/out_a")), step=100)
+    assert json.loads((sad / LINEAGE_FILE).read_text()) == {
+        "recipe": "sad", "shards": ["/data/out_a"], "init_from": None,
+        "init_from_recorded": None, "code": trainer_code(), "step": 100}
+    assert trainer_code() == source_digest([ROOT / "trainer"])
+    dpo = lineage(_cfg("dpo", shards="/data/out_b", init_from=str(sad)))
+    assert dpo["shards"] == ["/data/out_b", "/data/out_a"] and dpo["init_from_recorded"]
+    assert lineage(_cfg("dpo", shards="/data/out_a", init_from=str(sad)))["shards"] == [
+        "/data/out_a"]
+    ppo_dir = tmp_path / "ppo"
+    ppo_dir.mkdir()
+    write_lineage(ppo_dir, lineage(_cfg("ppo", init_from=str(sad))), step=5)
+    assert recorded_shards(ppo_dir) == ["/data/out_a"]  # PPO plays tasks; its start read A
+    released = tmp_path / "smollm2"  # weights with no record add nothing, and say so
+    released.mkdir()
+    record = lineage(_cfg("sad", shards="/data/out_c", init_from=str(released)))
+    assert record["shards"] == ["/data/out_c"] and record["init_from_recorded"] is False
+
+
+def test_a_missing_or_bent_record_is_no_record(tmp_path):
+    assert recorded_shards(tmp_path) is None
+    for text in ("not json", "[1, 2]", '{"shards": "one"}', '{"shards": [""]}',
+                 '{"shards": [3]}'):
+        (tmp_path / LINEAGE_FILE).write_text(text)
+        assert recorded_shards(tmp_path) is None, text
+    (tmp_path / LINEAGE_FILE).write_text('{"shards": []}')
+    assert recorded_shards(tmp_path) == []
+
+
+def test_eval_takes_the_recorded_outs_that_exist_and_names_those_that_do_not(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    assert training_shards((), str(checkpoint)) == (
+        (), {"shards_from": None, "recorded_in_checkpoint": None})
+    write_lineage(checkpoint, {"shards": [str(out), "/gone/out"]}, step=1)
+    shards, provenance = training_shards((), str(checkpoint))
+    assert shards == (str(out),) and provenance["shards_from"] == "checkpoint"
+    assert provenance["recorded_not_found"] == ["/gone/out"]
+    assert provenance["note"].startswith("1 of the 2 training OUT(s) the checkpoint records")
+    given, provenance = training_shards(("/mine",), str(checkpoint))  # --shards wins
+    assert given == ("/mine",) and provenance == {
+        "shards_from": "--shards", "recorded_in_checkpoint": [str(out), "/gone/out"]}
