@@ -2,10 +2,10 @@
 
 Tasks come from the held-out space (`trainer.heldout`: seeds and ids no generation run can
 produce, `--eval-seed` picks a disjoint family within it) and are checked against the training
-shards - those `--shards OUT` names, else those the checkpoint records it was trained on
-(`training.json`, trainer/lineage.py) - (a shared id or seed is refused; a shared instruction
-is dropped and replaced). The report holds `tasks` (count, per env, first/last id, a hash of the ids, the
-leak check) and the sections `--only` selects (all by default):
+shards, those `--shards OUT` names or else those the checkpoint records it was trained on
+(`training.json`, trainer/lineage.py): a shared id or seed is refused; a shared instruction
+is dropped and replaced. The report holds `tasks` (count, per env, first/last id, a hash of
+the ids, the leak check) and the sections `--only` selects (all by default):
 
 - `step_level` (`trainer.step_eval`): teacher-forced metrics on the tasks' gold trajectories:
   REASON/ACT cross-entropy, ACT token accuracy, next-call exact match, right-tool and
@@ -374,7 +374,7 @@ def training_shards(given: tuple[str, ...], checkpoint: str
         return given, {"shards_from": "--shards", "recorded_in_checkpoint": recorded}
     if recorded is None:
         return (), {"shards_from": None, "recorded_in_checkpoint": None}
-    found = tuple(s for s in recorded if Path(s).is_dir())
+    found = tuple(s for s in recorded if _has_shards(s))
     provenance: dict[str, Any] = {"shards_from": "checkpoint", "recorded_in_checkpoint": recorded}
     if missing := [s for s in recorded if s not in found]:
         provenance["recorded_not_found"] = missing
@@ -382,6 +382,15 @@ def training_shards(given: tuple[str, ...], checkpoint: str
                               "checkpoint records are not here: their instruction texts were "
                               "not checked (pass --shards)")
     return found, provenance
+
+
+def _has_shards(out: str) -> bool:
+    from trainer.heldout import shard_files
+
+    try:
+        return bool(shard_files(out))
+    except (FileNotFoundError, OSError):  # gone, emptied, or a URI this check cannot list
+        return False
 
 
 def _evaluate(config: EvalConfig) -> dict[str, Any]:

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datagen.provenance import source_digest
 from trainer.config import load_config
 from trainer.eval import training_shards
-from datagen.provenance import source_digest
 from trainer.lineage import (LINEAGE_FILE, lineage, recorded_shards, trainer_code,
                              write_lineage)
 
@@ -59,16 +62,21 @@ def test_a_missing_or_bent_record_is_no_record(tmp_path):
 
 def test_eval_takes_the_recorded_outs_that_exist_and_names_those_that_do_not(tmp_path):
     out = tmp_path / "out"
-    out.mkdir()
+    (out / "trajectories").mkdir(parents=True)
+    pq.write_table(pa.table({"task_id": ["sql-0-00000000"]}),
+                   out / "trajectories" / "part-000000.parquet")
+    emptied = tmp_path / "emptied"  # an OUT whose shards were deleted counts as not here
+    emptied.mkdir()
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
     assert training_shards((), str(checkpoint)) == (
         (), {"shards_from": None, "recorded_in_checkpoint": None})
-    write_lineage(checkpoint, {"shards": [str(out), "/gone/out"]}, step=1)
+    recorded = [str(out), "/gone/out", str(emptied)]
+    write_lineage(checkpoint, {"shards": recorded}, step=1)
     shards, provenance = training_shards((), str(checkpoint))
     assert shards == (str(out),) and provenance["shards_from"] == "checkpoint"
-    assert provenance["recorded_not_found"] == ["/gone/out"]
-    assert provenance["note"].startswith("1 of the 2 training OUT(s) the checkpoint records")
+    assert provenance["recorded_not_found"] == ["/gone/out", str(emptied)]
+    assert provenance["note"].startswith("2 of the 3 training OUT(s) the checkpoint records")
     given, provenance = training_shards(("/mine",), str(checkpoint))  # --shards wins
     assert given == ("/mine",) and provenance == {
-        "shards_from": "--shards", "recorded_in_checkpoint": [str(out), "/gone/out"]}
+        "shards_from": "--shards", "recorded_in_checkpoint": recorded}
