@@ -4,12 +4,17 @@ It used to be written only when a run ended: during a first run `datagen inspect
 `datagen verify` found none ("not a datagen output directory") however many chunks were
 done - an hour into a 5M run, nothing to look at - and during a resume they showed the
 previous run's chunks as if nothing were running. The driver now writes it when the run
-starts (the chunks the resume check kept), after the run's first new chunk, then at most every
-`EVERY_S` seconds from the records it holds (no marker is read again), and at the end from the
+starts (the chunks the resume check kept), then at most every `EVERY_S` seconds as chunks
+complete, from the records it holds (no marker is read again), and at the end from the
 markers as before. A large OUT's manifest costs more to build (10,000 chunks, a 5M run: ~8 MB,
 0.7-0.9 CPU-s with the stages' merged counts), so the interval grows to `COST_FACTOR` times the
 last write's CPU time: the driver spends at most ~1% of a core on it. A killed run leaves a
 manifest that old at most; the markers stay the truth for resume.
+
+An s3 run asks its lease before each write (`allowed`). Between that check and the PUT a
+driver that stalls (SIGSTOP, swap) past the lease TTL could still land one stale manifest, as
+a chunk worker could land one unmarked shard; writes every 30 s, never right after a chunk,
+keep that window rare, and the run that took OUT over rewrites the manifest itself.
 """
 
 from __future__ import annotations
@@ -41,7 +46,6 @@ class LiveManifest:
         self.records = {record.chunk: record for record in kept}
         self.writes = 0
         self._last: float | None = None
-        self._new = 0
         self._warned = False
 
     def start(self) -> None:
@@ -49,9 +53,7 @@ class LiveManifest:
 
     def add(self, record: ChunkRecord) -> None:
         self.records[record.chunk] = record
-        self._new += 1
-        if self._new == 1 or self._last is None or \
-                self._clock() - self._last >= self.interval_s:
+        if self._last is None or self._clock() - self._last >= self.interval_s:
             self._flush()
 
     def _flush(self) -> None:

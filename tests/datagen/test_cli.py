@@ -47,7 +47,7 @@ def test_sigkill_part_way_then_resume_yields_exactly_n_unique_ids(ray_head, tmp_
     assert 2 <= done_before < n // chunk, "the kill must land part way through the run"
     for shard in (out / "trajectories").glob("part-*.parquet"):
         pq.read_metadata(shard)  # whatever is visible is a complete Parquet file
-    # the killed first run left a manifest (written as it went), so the OUT can be inspected
+    # the killed first run left a manifest (written when it started), so OUT can be inspected
     manifest = orjson.loads((out / "manifest.json").read_bytes())
     assert not manifest["complete"] and manifest["chunks"]["complete"] <= done_before
     assert inspect_dataset(out, samples=0).startswith(f"{out}: INCOMPLETE, ")
