@@ -4,7 +4,7 @@ A run resumed after an upgrade keeps the chunks older code wrote: the config fin
 the same, so resume accepts them (the 5M run was resumed across four commits), and before
 this nothing in OUT said which chunk came from which code. Every chunk marker now records
 `stats.code` - the package version and a digest of the source that makes the rows (every
-file of `datagen/`, `mutators/` and `critics/`, as the worker imported them) - the manifest
+file of `datagen/`, `mutators/` and `critics/` that the worker runs) - the manifest
 counts chunks per code (`code`), and a run whose OUT holds more than one names them.
 Environment modules a config adds (`env_modules`) are the user's code and not in the digest.
 """

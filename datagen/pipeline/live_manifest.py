@@ -13,8 +13,8 @@ manifest that old at most; the markers stay the truth for resume.
 
 An s3 run asks its lease before each write (`allowed`). Between that check and the PUT a
 driver that stalls (SIGSTOP, swap) past the lease TTL could still land one stale manifest, as
-a chunk worker could land one unmarked shard; writes every 30 s, never right after a chunk,
-keep that window rare, and the run that took OUT over rewrites the manifest itself.
+a chunk worker could land one unmarked shard; writing at most every 30 s keeps that window
+rare, and the run that took OUT over rewrites the manifest itself.
 """
 
 from __future__ import annotations
