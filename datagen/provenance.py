@@ -20,6 +20,8 @@ from typing import Any
 
 SOURCE_PACKAGES = ("datagen", "mutators", "critics")
 UNRECORDED = "unrecorded"  # a chunk written before markers named their code
+MAX_FIELD = 64  # a hand-edited marker's version or digest, cut for the manifest and notes
+MAX_NAMED = 5  # codes a note names; the manifest lists every one
 
 
 def source_digest(roots: Iterable[Path]) -> str:
@@ -55,7 +57,8 @@ def chunk_code(stats: dict[str, Any]) -> tuple[str, str]:
     code = stats.get("code")
     if not isinstance(code, dict):
         return UNRECORDED, UNRECORDED
-    return str(code.get("version", UNRECORDED)), str(code.get("digest", UNRECORDED))
+    return (str(code.get("version", UNRECORDED))[:MAX_FIELD],
+            str(code.get("digest", UNRECORDED))[:MAX_FIELD])
 
 
 def code_counts(records: Iterable[Any]) -> list[dict[str, Any]]:
@@ -81,8 +84,9 @@ def mixed_code_note(counts: list[dict[str, Any]]) -> str | None:
     """A note for the run's summary when OUT's chunks were written by more than one code."""
     if len(counts) < 2:
         return None
+    more = f"; and {len(counts) - MAX_NAMED:,} more" if len(counts) > MAX_NAMED else ""
     return (f"this OUT's chunks were written by {len(counts)} versions of the code: "
-            + "; ".join(describe(entry) for entry in counts)
+            + "; ".join(describe(entry) for entry in counts[:MAX_NAMED]) + more
             + " (manifest.json `code`; each chunk marker's `stats.code` names its own)")
 
 

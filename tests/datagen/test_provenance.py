@@ -92,3 +92,17 @@ def test_a_manifest_without_or_with_a_bent_code_record_reads_as_unknown():
     assert written_by({"code": [{"version": "1"}]}) is None
     assert written_by({"code": [{"version": "1", "digest": "d", "chunks": "x",
                                  "first_chunk": 0, "last_chunk": 0}]}) is None
+
+
+def test_a_bent_marker_code_is_cut_and_a_note_names_at_most_five_codes():
+    from datagen.pipeline.shards import ChunkRecord
+    from datagen.provenance import MAX_FIELD, code_counts, mixed_code_note
+
+    records = [ChunkRecord(chunk=i, shards={}, stats={"code": {"version": "v" * 10_000,
+                                                              "digest": f"{i:016x}"}})
+               for i in range(8)]
+    counts = code_counts(records)
+    assert len(counts) == 8 and len(counts[0]["version"]) == MAX_FIELD
+    note = mixed_code_note(counts)
+    assert note.count("source digest") == 5 and "; and 3 more (manifest.json" in note
+    assert len(note) < 1_000
