@@ -21,7 +21,7 @@ from datagen.envs import import_modules
 from datagen.pipeline.consistency import rollout_samples
 from datagen.pipeline.shards import ChunkRecord, ShardStore
 from datagen.pipeline.storage import is_uri
-from datagen.provenance import code_identity
+from datagen.provenance import code_identity, config_user_modules
 from datagen.pipeline.stages.base import Stage, StageContext, configured_stages, tables_of
 from datagen.tasks import TaskError, TaskSource
 from datagen.teachers import EnvPool, Teacher, make_teacher
@@ -132,6 +132,8 @@ class ChunkProcessor:
 
     def __init__(self, config: GenerateConfig, out: str | None = None) -> None:
         import_modules(config.env_modules)
+        self.user_modules = config_user_modules(config.env_modules,
+                                                [env.name for env in config.envs])
         self.config = config
         self.source = task_source(config)
         # every stage resets the chunk's tasks: their worlds are kept for it (issue 16: with
@@ -214,7 +216,7 @@ class ChunkProcessor:
         tables, stage_stats = self.run_stages(trajectories, clock)
         stats = {"stages": stage_stats, "seconds_rollout": seconds_rollout,
                  "seconds": time.perf_counter() - started, "stage_seconds": clock.seconds,
-                 "code": dict(code_identity())}
+                 "code": dict(code_identity(self.user_modules))}
         return self.store.write_chunk(chunk.index, tables, stats)
 
 

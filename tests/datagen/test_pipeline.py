@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 import polars as pl
 import pyarrow.parquet as pq
@@ -106,6 +108,13 @@ def test_failing_generators_and_tools_become_rows(ray_head, tmp_path):
     assert "errors by kind: " in summary.format()
     assert (df.filter(pl.col("success"))["error"].null_count()
             == df.filter(pl.col("success")).height)
+    # the user's environment module is part of the code that wrote each chunk
+    import tests.datagen.toy_envs as toy_envs
+    from datagen.provenance import source_digest
+
+    (entry,) = orjson.loads((tmp_path / "out" / "manifest.json").read_bytes())["code"]
+    assert entry["user_modules"] == "tests.datagen.toy_envs"
+    assert entry["user_digest"] == source_digest([Path(toy_envs.__file__)])
 
 
 def test_tokenizer_adds_aligned_token_columns(ray_head, tmp_path, tiny_tokenizer_dir):

@@ -13,7 +13,8 @@ import mutators
 from datagen.config import GenerateConfig
 from datagen.pipeline import run_generation
 from datagen.pipeline.inspect import inspect_dataset
-from datagen.provenance import code_identity, source_digest, written_by
+from datagen.provenance import (code_counts, code_identity, config_user_modules, describe,
+                                source_digest, user_digest, written_by)
 
 
 def _package(root: Path) -> Path:
@@ -106,3 +107,43 @@ def test_a_bent_marker_code_is_cut_and_a_note_names_at_most_five_codes():
     note = mixed_code_note(counts)
     assert note.count("source digest") == 5 and "; and 3 more (manifest.json" in note
     assert len(note) < 1_000
+
+
+def test_the_users_modules_are_the_env_modules_and_module_class_envs_but_not_datagens():
+    assert config_user_modules(["acme.envs", "datagen.envs.sql", "acme.envs"],
+                               ["sql", "acme.more:Shop", "mutators.x:Y", "acme.envs:Toy"]) \
+        == ("acme.envs", "acme.more")
+    assert config_user_modules([], ["sql", "fs"]) == ()
+
+
+def test_a_users_module_or_package_has_its_own_digest_that_follows_its_source(
+        tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "shop_env_v.py").write_text("PRICE = 1\n")
+    package = tmp_path / "shop_pkg_v"
+    (package / "data").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "data" / "items.json").write_text("[1]")
+    identity = code_identity(("shop_env_v", "shop_pkg_v"))  # imports what no task drew yet
+    assert identity["user_modules"] == ["shop_env_v", "shop_pkg_v"]
+    assert identity["user_digest"] == source_digest([tmp_path / "shop_env_v.py", package])
+    assert identity["digest"] == code_identity()["digest"] and "user_digest" not in code_identity()
+    (package / "data" / "items.json").write_text("[2]")  # a data file of the package counts
+    assert user_digest(["shop_env_v", "shop_pkg_v"]) != identity["user_digest"]
+    assert user_digest(["no_such_module_here"]) == "unknown"
+
+
+def test_chunks_of_one_datagen_but_two_versions_of_the_users_env_are_two_codes():
+    from datagen.pipeline.shards import ChunkRecord
+
+    base = {"version": "0.1.0", "digest": "d" * 16, "user_modules": ["acme.envs"]}
+    records = [ChunkRecord(chunk=i, shards={}, stats={"code": {**base, "user_digest": digest}})
+               for i, digest in enumerate(["a" * 16, "a" * 16, "b" * 16])]
+    records.append(ChunkRecord(chunk=3, shards={}, stats={"code": {"version": "0.1.0",
+                                                                  "digest": "d" * 16}}))
+    counts = code_counts(records)
+    assert [(c.get("user_digest"), c["chunks"]) for c in counts] == [
+        ("a" * 16, 2), ("b" * 16, 1), (None, 1)]
+    assert describe(counts[1]) == (f"datagen 0.1.0, source digest {'d' * 16}, your modules "
+                                   f"(acme.envs) digest {'b' * 16}: 1 chunk(s) (chunks 2-2)")
+    assert written_by({"code": counts}).count("your modules") == 2
