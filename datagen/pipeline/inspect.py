@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import random
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -165,6 +166,15 @@ def _stage_views(manifest: dict[str, Any]) -> list[tuple[type[Stage] | None, str
     return [(find_stage(stage["name"]), stage["name"], stage["tables"]) for stage in stages]
 
 
+def _age(root: str | Path) -> str:
+    """", 12 s ago": how old the manifest is (its file's modification time), or "" if unknown."""
+    try:
+        modified = open_storage(root).modified("manifest.json")
+    except OSError:
+        return ""
+    return "" if modified is None else f", {max(0.0, time.time() - modified):.0f} s ago"
+
+
 def inspect_dataset(out: str | Path, samples: int = 2, seed: int = 0) -> str:
     root = out if is_uri(out) else Path(out)
     manifest = read_manifest(root)
@@ -173,8 +183,9 @@ def inspect_dataset(out: str | Path, samples: int = 2, seed: int = 0) -> str:
              f"chunks, fingerprint {manifest['fingerprint']}"]
     if running := lock_holder(root):
         lines.append(f"  note: a run is writing here now ({running.describe()}); these are "
-                     f"its chunks as of the manifest's last update (every {EVERY_S:.0f} s "
-                     "while it runs)")
+                     f"its chunks as of the manifest's last update{_age(root)} (at most every "
+                     f"{EVERY_S:.0f} s while it runs; less often for an OUT of thousands of "
+                     "chunks)")
     if code := written_by(manifest):
         lines.append(f"  {code}")
     lines += [f"  {name}: {rows:,} rows" for name, rows in manifest["counts"].items()]

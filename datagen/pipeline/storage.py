@@ -81,6 +81,8 @@ class Storage(Protocol):
 
     def size(self, relative: str) -> int: ...
 
+    def modified(self, relative: str) -> float | None: ...  # epoch seconds; None: not known
+
     def entries(self, folder: str = "") -> list[Entry]: ...  # [] for a missing folder
 
     def delete(self, relative: str) -> None: ...  # a missing file is fine
@@ -126,6 +128,9 @@ class LocalStorage:
 
     def size(self, relative: str) -> int:
         return (self.root / relative).stat().st_size
+
+    def modified(self, relative: str) -> float | None:
+        return (self.root / relative).stat().st_mtime
 
     def entries(self, folder: str = "") -> list[Entry]:
         try:
@@ -187,6 +192,12 @@ class ArrowStorage:
         if info.type != pafs.FileType.File:
             raise FileNotFoundError(self.full(relative))
         return info.size
+
+    def modified(self, relative: str) -> float | None:
+        info = self.fs.get_file_info(self._key(relative))
+        if info.type != pafs.FileType.File:
+            raise FileNotFoundError(self.full(relative))
+        return info.mtime.timestamp() if info.mtime is not None else None
 
     def entries(self, folder: str = "") -> list[Entry]:
         selector = pafs.FileSelector(self._key(folder), allow_not_found=True)

@@ -51,6 +51,7 @@ def test_marker_last_and_unmarked_shards_are_not_complete(s3):
     assert record.shards["trajectories"].rows == 2
     manifest = store.write_manifest("fp", {"seed": 1}, 2, store.records())
     assert manifest["counts"] == {"trajectories": 2} and not manifest["complete"]
+    assert abs(store.storage.modified("manifest.json") - time.time()) < 60  # inspect: its age
     # the rerun of chunk 1 overwrites the leftover at the same key
     store.write_chunk(1, {"trajectories": _table(["c"])}, {})
     assert pq.read_table(io.BytesIO(store.storage.read("trajectories/part-000001.parquet"))
