@@ -389,7 +389,7 @@ def _has_shards(out: str) -> bool:
 
     try:
         return bool(shard_files(out))
-    except OSError:  # gone, emptied (FileNotFoundError), or a URI this check cannot list
+    except OSError:  # gone, emptied (FileNotFoundError), or a store this process cannot reach
         return False
 
 

@@ -51,13 +51,20 @@ def heldout_task_seed(eval_seed: int, env: str, index: int) -> int:
     return stable_seed(HELDOUT_TAG, eval_seed, env, index)
 
 
-def shard_files(root: str | Path) -> list[Path]:
-    """The trajectory and repair shards of an OUT root (or of one table directory)."""
-    path = Path(root)
-    if not path.exists():
+def shard_files(root: str | Path) -> list[str]:
+    """The trajectory and repair shards of an OUT root (or of one table directory), a
+    directory or an object-store URI (`s3://bucket/prefix`); shards of unfinished chunks too
+    (a leak check reads everything a training run could have read)."""
+    from trainer.shard_files import file_names, is_uri, join
+
+    if not is_uri(root) and not Path(root).exists():
         raise FileNotFoundError(f"--shards {root}: no such directory")
-    directories = [path / table for table in TABLES if (path / table).is_dir()] or [path]
-    files = sorted(f for directory in directories for f in directory.glob("part-*.parquet"))
+
+    def parts(folder: str) -> list[str]:
+        return sorted(join(folder, name) for name in file_names(folder)
+                      if name.startswith("part-") and name.endswith(".parquet"))
+
+    files = [f for table in TABLES for f in parts(join(root, table))] or parts(str(root))
     if not files:
         raise FileNotFoundError(f"--shards {root}: no trajectories/part-*.parquet under it")
     return files
@@ -74,11 +81,11 @@ class Overlap:
     files: int = 0
 
 
-def _batches(files: Sequence[Path]) -> Iterator[Any]:
-    import pyarrow.parquet as pq
+def _batches(files: Sequence[str]) -> Iterator[Any]:
+    from trainer.shard_files import open_parquet
 
     for path in files:
-        handle = pq.ParquetFile(path)
+        handle = open_parquet(path)
         columns = [c for c in ("task_id", "task_seed", "env", "task") if c in handle.schema.names]
         yield from handle.iter_batches(columns=columns, batch_size=65_536)
 

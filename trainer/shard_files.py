@@ -34,8 +34,8 @@ def _fs(uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(uri)
 
 
-def _names(folder: str | Path) -> list[str]:
-    """File names directly in a folder (none when it is missing)."""
+def file_names(folder: str | Path) -> list[str]:
+    """File names directly in a folder or under a prefix (none when it is missing)."""
     if not is_uri(folder):
         return [p.name for p in Path(folder).glob("*") if p.is_file()]
     fs, path = _fs(str(folder))
@@ -48,9 +48,9 @@ def part_files(root: str | Path, table: str) -> list[str]:
     (a store). A shard whose chunk has no marker (a killed or running chunk's: on a store
     it is written at its final key) is left out; an OUT without `_chunks/` (written by hand,
     or copied without it) is read whole."""
-    names = sorted(n for n in _names(join(root, table))
+    names = sorted(n for n in file_names(join(root, table))
                    if n.startswith("part-") and n.endswith(".parquet"))
-    markers = set(_names(join(root, CHUNK_MARKERS)))
+    markers = set(file_names(join(root, CHUNK_MARKERS)))
     if markers:
         unmarked = [n for n in names if marker_of(n) not in markers]
         if unmarked:
@@ -130,6 +130,14 @@ def write_parquet(table: pa.Table, location: str | Path) -> None:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     write_bytes(location, sink.getvalue().to_pybytes())
+
+
+def open_parquet(location: str | Path) -> pq.ParquetFile:
+    """A shard's footer read, its columns read lazily, from a path or a URI."""
+    if not is_uri(location):
+        return pq.ParquetFile(location)
+    fs, path = _fs(str(location))
+    return pq.ParquetFile(fs.open_input_file(path))
 
 
 def exists(location: str | Path) -> bool:

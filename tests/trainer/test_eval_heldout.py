@@ -11,6 +11,7 @@ import pytest
 
 from datagen.tasks import TaskSource
 from datagen.teachers import EnvPool
+from tests.s3server import s3  # noqa: F401 - a fixture
 from trainer.heldout import LeakError, find_overlap, heldout_tasks, refuse_leaks
 
 
@@ -95,3 +96,36 @@ def test_bad_inputs_fail_before_any_work(tmp_path):
         heldout_tasks(["sql"], 2, shards=[tmp_path / "empty"])
     with pytest.raises(KeyError, match="unknown environment 'nope'"):
         heldout_tasks(["sql", "nope"], 2)
+
+
+def test_shards_on_object_storage_are_checked_like_a_directory(s3, tmp_path):  # noqa: F811
+    """An OUT written to s3:// (datagen's `out: s3://...`): `--shards s3://...` and a
+    checkpoint that records the URI are both read for the leak check."""
+    from tests.s3server import pq_bytes
+    from trainer.eval import training_shards
+    from trainer.lineage import write_lineage
+
+    clean = heldout_tasks(["sql"], 4).tasks
+    bucket = s3.bucket()
+    rows = pa.table({"task_id": ["sql-0-00000000", "sql-0-00000001"], "task_seed": [1, 2],
+                     "env": ["sql", "sql"], "task": [clean[2].instruction, "something else"]})
+    s3.client.put_object(Bucket=bucket, Key="out/trajectories/part-000000.parquet",
+                         Body=pq_bytes(rows))
+    uri = f"s3://{bucket}/out"
+    chosen = heldout_tasks(["sql"], 4, shards=[uri])
+    assert [t.id for t in chosen.tasks] == [clean[0].id, clean[1].id, clean[3].id,
+                                            "heldout-0-sql-000004"]
+    assert chosen.describe()["leak_check"]["training_rows"] == 2
+    leaked = rows.set_column(0, "task_id", pa.array([clean[0].id, "x"]))
+    s3.client.put_object(Bucket=bucket, Key="leak/repairs/part-000003.parquet",
+                         Body=pq_bytes(leaked))
+    with pytest.raises(LeakError, match=clean[0].id):
+        heldout_tasks(["sql"], 4, shards=[f"s3://{bucket}/leak"])
+    with pytest.raises(FileNotFoundError, match="no trajectories"):
+        heldout_tasks(["sql"], 4, shards=[f"s3://{bucket}/nothing"])
+
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    write_lineage(checkpoint, {"shards": [uri, f"s3://{bucket}/nothing"]}, step=1)
+    shards, provenance = training_shards((), str(checkpoint))
+    assert shards == (uri,) and provenance["recorded_not_found"] == [f"s3://{bucket}/nothing"]
