@@ -26,19 +26,23 @@ SOURCE_PACKAGES = ("datagen", "mutators", "critics")
 UNRECORDED = "unrecorded"  # a chunk written before markers named their code
 MAX_FIELD = 64  # a hand-edited marker's version or digest, cut for the manifest and notes
 MAX_NAMED = 5  # codes a note names; the manifest lists every one
+MAX_FILE_BYTES = 1 << 20  # larger files count by name and size (source files are far smaller)
 
 
 def source_digest(roots: Iterable[Path]) -> str:
     """sha256 (16 hex digits) over every file under `roots` (a root may be one file) - its path
     relative to its root's parent, then its bytes, both length-prefixed - except bytecode
-    caches."""
+    caches. A file over MAX_FILE_BYTES (a user's package with a data dump in it) counts by
+    name and size: each worker computes this once, and it must stay cheap."""
     digest = hashlib.sha256()
     for root in roots:
         files = [root] if root.is_file() else sorted(
             path for path in root.rglob("*") if path.is_file()
             and "__pycache__" not in path.parts and path.suffix != ".pyc")
         for path in files:
-            for part in (path.relative_to(root.parent).as_posix().encode(), path.read_bytes()):
+            size = path.stat().st_size
+            content = path.read_bytes() if size <= MAX_FILE_BYTES else f"size {size}".encode()
+            for part in (path.relative_to(root.parent).as_posix().encode(), content):
                 digest.update(len(part).to_bytes(8, "little"))
                 digest.update(part)
     return digest.hexdigest()[:16]

@@ -44,6 +44,19 @@ def test_the_source_digest_changes_with_any_byte_or_name_and_ignores_bytecode(tm
     assert source_digest([package]) != before
 
 
+def test_a_file_over_the_cap_counts_by_name_and_size(tmp_path, monkeypatch):
+    import datagen.provenance as provenance
+
+    monkeypatch.setattr(provenance, "MAX_FILE_BYTES", 8)
+    package = _package(tmp_path)
+    (package / "dump.bin").write_bytes(b"x" * 100)
+    before = source_digest([package])
+    (package / "dump.bin").write_bytes(b"y" * 100)  # same size: not read
+    assert source_digest([package]) == before
+    (package / "dump.bin").write_bytes(b"y" * 101)
+    assert source_digest([package]) != before
+
+
 def test_this_process_code_is_the_three_packages_it_imported():
     roots = [Path(module.__file__).parent for module in (datagen, mutators, critics)]
     assert code_identity() == {"version": datagen.__version__, "digest": source_digest(roots)}
