@@ -147,17 +147,19 @@ SHORT = {"place_timeout_s": SHORT_WAIT_S, "start_timeout_s": SHORT_WAIT_S}
     (FakeSlowEngineTeacher, {"tensor_parallel_size": 2}, "1 of 1 vLLM engine actors not "
      "placed within 2s (teacher.vllm.place_timeout_s; teacher.vllm.tensor_parallel_size=2 -> "
      "2 bundles of GPU 1, CPU 1 on one node per engine; teacher.vllm.num_engines=1)"),
-    (FakeNeverStartingEngineTeacher, {}, "vLLM engines placed but not started within 2s "
-     "(teacher.vllm.start_timeout_s; loading fake-engine)"),
+    # placed in ~1 s on a quiet host, but a loaded one (CI) took over 2 s to start the actor's
+    # process: the placement bound is not what this case is about
+    (FakeNeverStartingEngineTeacher, {"place_timeout_s": 60}, "vLLM engines placed but not "
+     "started within 2s (teacher.vllm.start_timeout_s; loading fake-engine)"),
 ])
 def test_engines_not_ready_within_the_bound_fail_the_batch_then_later_batches_at_once(
         ray_head, teacher_class, vllm, reason):
-    teacher = _fake_teacher(teacher_class, **SHORT, **vllm)
+    teacher = _fake_teacher(teacher_class, **{**SHORT, **vllm})
     try:
         started = time.monotonic()
         with pytest.raises(EngineNotReady) as first:  # before: no bound, each of these hung
-            _within(60, lambda: teacher.rollout_batch(make_tasks(2)))
-        assert 2 <= time.monotonic() - started < 30
+            _within(90, lambda: teacher.rollout_batch(make_tasks(2)))
+        assert 2 <= time.monotonic() - started < 60
         assert str(first.value).startswith(reason), str(first.value)
         started = time.monotonic()
         with pytest.raises(EngineNotReady) as again:  # this worker has waited: it checks only
