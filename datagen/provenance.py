@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import importlib.util
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -81,7 +81,7 @@ def user_digest(modules: Sequence[str]) -> str:
     roots: list[Path] = []
     for name in modules:
         try:  # imported already, except a `module:Class` environment no task has drawn yet
-            module = sys.modules.get(name) or importlib.import_module(name)
+            module = importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the run reports the import failure itself
             return "unknown"
         paths = getattr(module, "__path__", None)

@@ -55,14 +55,13 @@ def shard_files(root: str | Path) -> list[str]:
     """The trajectory and repair shards of an OUT root (or of one table directory), a
     directory or an object-store URI (`s3://bucket/prefix`); shards of unfinished chunks too
     (a leak check reads everything a training run could have read)."""
-    from trainer.shard_files import file_names, is_uri, join
+    from trainer.shard_files import is_uri, join, part_names
 
     if not is_uri(root) and not Path(root).exists():
         raise FileNotFoundError(f"--shards {root}: no such directory")
 
     def parts(folder: str) -> list[str]:
-        return sorted(join(folder, name) for name in file_names(folder)
-                      if name.startswith("part-") and name.endswith(".parquet"))
+        return [join(folder, name) for name in part_names(folder)]
 
     files = [f for table in TABLES for f in parts(join(root, table))] or parts(str(root))
     if not files:

@@ -34,7 +34,7 @@ def _fs(uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(uri)
 
 
-def file_names(folder: str | Path) -> list[str]:
+def _names(folder: str | Path) -> list[str]:
     """File names directly in a folder or under a prefix (none when it is missing)."""
     if not is_uri(folder):
         return [p.name for p in Path(folder).glob("*") if p.is_file()]
@@ -43,14 +43,18 @@ def file_names(folder: str | Path) -> list[str]:
     return [info.base_name for info in found if info.type == pafs.FileType.File]
 
 
+def part_names(folder: str | Path) -> list[str]:
+    """The `part-*.parquet` names directly in a folder or under a prefix, sorted."""
+    return sorted(n for n in _names(folder) if n.startswith("part-") and n.endswith(".parquet"))
+
+
 def part_files(root: str | Path, table: str) -> list[str]:
     """OUT/<table>/part-*.parquet of complete chunks, sorted, as paths (a directory) or URIs
     (a store). A shard whose chunk has no marker (a killed or running chunk's: on a store
     it is written at its final key) is left out; an OUT without `_chunks/` (written by hand,
     or copied without it) is read whole."""
-    names = sorted(n for n in file_names(join(root, table))
-                   if n.startswith("part-") and n.endswith(".parquet"))
-    markers = set(file_names(join(root, CHUNK_MARKERS)))
+    names = part_names(join(root, table))
+    markers = set(_names(join(root, CHUNK_MARKERS)))
     if markers:
         unmarked = [n for n in names if marker_of(n) not in markers]
         if unmarked:

@@ -187,17 +187,18 @@ class ArrowStorage:
         with self.fs.open_output_stream(self._key(relative)) as stream:
             stream.write(data)
 
-    def size(self, relative: str) -> int:
+    def _file_info(self, relative: str) -> pafs.FileInfo:
         info = self.fs.get_file_info(self._key(relative))
         if info.type != pafs.FileType.File:
             raise FileNotFoundError(self.full(relative))
-        return info.size
+        return info
+
+    def size(self, relative: str) -> int:
+        return self._file_info(relative).size
 
     def modified(self, relative: str) -> float | None:
-        info = self.fs.get_file_info(self._key(relative))
-        if info.type != pafs.FileType.File:
-            raise FileNotFoundError(self.full(relative))
-        return info.mtime.timestamp() if info.mtime is not None else None
+        mtime = self._file_info(relative).mtime
+        return mtime.timestamp() if mtime is not None else None
 
     def entries(self, folder: str = "") -> list[Entry]:
         selector = pafs.FileSelector(self._key(folder), allow_not_found=True)
