@@ -366,22 +366,57 @@ def training_shards(given: tuple[str, ...], checkpoint: str
                     ) -> tuple[tuple[str, ...], dict[str, Any]]:
     """The OUTs to check the held-out tasks against: `--shards` when given, else those the
     checkpoint's training.json records that exist here (trainer/lineage.py); and what the
-    report says about where they came from."""
-    from trainer.lineage import recorded_shards
+    report says about where they came from and whether they hold the data it recorded."""
+    from trainer.lineage import recorded_data, recorded_shards
 
     recorded = recorded_shards(checkpoint)
+    provenance: dict[str, Any] = {"shards_from": "--shards" if given else "checkpoint",
+                                  "recorded_in_checkpoint": recorded}
+    notes = []
     if given:
-        return given, {"shards_from": "--shards", "recorded_in_checkpoint": recorded}
-    if recorded is None:
+        shards = given
+    elif recorded is None:
         return (), {"shards_from": None, "recorded_in_checkpoint": None}
-    found = tuple(s for s in recorded if _has_shards(s))
-    provenance: dict[str, Any] = {"shards_from": "checkpoint", "recorded_in_checkpoint": recorded}
-    if missing := [s for s in recorded if s not in found]:
-        provenance["recorded_not_found"] = missing
-        provenance["note"] = (f"{len(missing)} of the {len(recorded)} training OUT(s) the "
-                              "checkpoint records are not here: their instruction texts were "
-                              "not checked (pass --shards)")
-    return found, provenance
+    else:
+        shards = tuple(s for s in recorded if _has_shards(s))
+        if missing := [s for s in recorded if s not in shards]:
+            provenance["recorded_not_found"] = missing
+            notes.append(f"{len(missing)} of the {len(recorded)} training OUT(s) the checkpoint "
+                         "records are not here: their instruction texts were not checked (pass "
+                         "--shards)")
+    if data := {out: identity for out, identity in recorded_data(checkpoint).items()
+                if given or out in shards}:
+        held_by, not_held = _holders(data, shards)
+        provenance.update(recorded_data_held_by=held_by, recorded_data_not_held=not_held)
+        if not_held and given:
+            notes.append(f"{len(not_held)} of the {len(data)} OUT(s) whose shards the checkpoint "
+                         "records are held by no --shards OUT (same chunks, names and sizes): "
+                         "the instruction texts it was trained on were not all checked")
+        elif not_held:
+            notes.append(f"{len(not_held)} recorded OUT(s) no longer hold the shards the "
+                         "checkpoint read (regenerated or changed since): the check used what "
+                         "they hold now")
+    if notes:
+        provenance["note"] = "; ".join(notes)
+    return shards, provenance
+
+
+def _holders(data: dict[str, dict], shards: tuple[str, ...]
+             ) -> tuple[dict[str, str], list[str]]:
+    """For each recorded OUT, the OUT of `shards` that holds its identity (itself first), and
+    those none holds. Each OUT is listed once."""
+    from trainer.data_identity import holds, shard_sizes
+
+    sizes = {out: shard_sizes(out) for out in shards}
+    held_by, not_held = {}, []
+    for recorded, identity in data.items():
+        candidates = [recorded] * (recorded in sizes) + list(shards)
+        holder = next((out for out in candidates if holds(sizes[out], identity)), None)
+        if holder is None:
+            not_held.append(recorded)
+        else:
+            held_by[recorded] = holder
+    return held_by, not_held
 
 
 def _has_shards(out: str) -> bool:

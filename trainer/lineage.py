@@ -6,7 +6,9 @@ instruction and could not say what the model had seen. Every checkpoint now reco
 its run's OUT and, through `model.init_from`, the OUTs behind the weights it started from (a
 DPO or PPO checkpoint names the SAD run's OUT too), and a digest of the trainer code that
 trained it. `trainer eval` without `--shards` checks against those OUTs, and its report says
-where the list came from.
+where the list came from. `data` gives each OUT's identity (trainer/data_identity.py), so an
+evaluation can tell whether the OUTs it checks against still hold, or are copies of, the
+shards the checkpoint read.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trainer.data_identity import data_identity, valid_identity
+
 LINEAGE_FILE = "training.json"
 MAX_BYTES = 1 << 20  # a record names a few paths; a larger file is not ours
 
@@ -23,13 +27,17 @@ MAX_BYTES = 1 << 20  # a record names a few paths; a larger file is not ours
 def lineage(cfg: Any) -> dict[str, Any]:
     """The record of a run (paths as the driver resolved them: absolute, or URIs). Weights
     with no record (released ones, or a checkpoint from before records) add no data, and
-    `init_from_recorded` says so."""
+    `init_from_recorded` says so. `data` holds the identity of the run's own OUT as it is now
+    and those the starting weights recorded."""
     inherited = recorded_shards(cfg.model.init_from) if cfg.model.init_from else []
     own = [str(cfg.shards)] if cfg.shards else []
+    data = recorded_data(cfg.model.init_from) if cfg.model.init_from else {}
+    if own and (identity := data_identity(own[0])) is not None:
+        data[own[0]] = identity
     return {"recipe": cfg.recipe, "shards": list(dict.fromkeys([*own, *(inherited or [])])),
             "init_from": cfg.model.init_from,
             "init_from_recorded": None if not cfg.model.init_from else inherited is not None,
-            "code": trainer_code()}
+            "data": data, "code": trainer_code()}
 
 
 @functools.cache
@@ -49,13 +57,28 @@ def write_lineage(directory: Path, record: dict[str, Any], step: int) -> None:
 
 def recorded_shards(checkpoint: str | Path) -> list[str] | None:
     """The OUTs `checkpoint`'s record names; None when it has no readable record."""
-    path = Path(checkpoint) / LINEAGE_FILE
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            return None
-        shards = json.loads(path.read_text()).get("shards")
-    except (OSError, ValueError, AttributeError):  # missing, unreadable, not an object
-        return None
+    shards = _record(checkpoint).get("shards")
     if not isinstance(shards, list) or not all(isinstance(s, str) and s for s in shards):
         return None
     return shards
+
+
+def recorded_data(checkpoint: str | Path) -> dict[str, dict[str, Any]]:
+    """The identities `checkpoint`'s record gives its OUTs (none from before they were
+    recorded; a malformed entry is left out)."""
+    data = _record(checkpoint).get("data")
+    if not isinstance(data, dict):
+        return {}
+    return {out: identity for out, identity in data.items() if valid_identity(identity)}
+
+
+def _record(checkpoint: str | Path) -> dict[str, Any]:
+    """training.json as an object; empty when missing, unreadable or not an object."""
+    path = Path(checkpoint) / LINEAGE_FILE
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            return {}
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}

@@ -48,19 +48,19 @@ def part_names(folder: str | Path) -> list[str]:
     return sorted(n for n in _names(folder) if n.startswith("part-") and n.endswith(".parquet"))
 
 
-def part_files(root: str | Path, table: str) -> list[str]:
+def part_files(root: str | Path, table: str, warn: bool = True) -> list[str]:
     """OUT/<table>/part-*.parquet of complete chunks, sorted, as paths (a directory) or URIs
     (a store). A shard whose chunk has no marker (a killed or running chunk's: on a store
-    it is written at its final key) is left out; an OUT without `_chunks/` (written by hand,
-    or copied without it) is read whole."""
+    it is written at its final key) is left out, with a warning unless `warn` is false; an
+    OUT without `_chunks/` (written by hand, or copied without it) is read whole."""
     names = part_names(join(root, table))
     markers = set(_names(join(root, CHUNK_MARKERS)))
     if markers:
         unmarked = [n for n in names if marker_of(n) not in markers]
-        if unmarked:
+        if unmarked and warn:
             log.warning("%s: %d shard(s) of incomplete chunks left out (%s...)",
                         join(root, table), len(unmarked), unmarked[0])
-            names = [n for n in names if marker_of(n) in markers]
+        names = [n for n in names if marker_of(n) in markers]
     return [join(root, f"{table}/{n}") for n in names]
 
 

@@ -101,6 +101,8 @@ def test_eval_runs_the_checkpoint_as_an_agent(first_run, tmp_path):
     leak_check = report["tasks"]["leak_check"]  # no --shards: the checkpoint's own data
     assert leak_check["shards_from"] == "checkpoint" and leak_check["training_rows"] > 0
     assert leak_check["shards"] == leak_check["recorded_in_checkpoint"]
+    assert leak_check["recorded_data_held_by"] == {out: out for out in leak_check["shards"]}
+    assert leak_check["recorded_data_not_held"] == [] and "note" not in leak_check
     summary = report["episodes"]
     assert summary["episodes"] == 2 and 0 <= summary["success_rate"] <= 1
     assert 1 <= summary["mean_steps"] <= 2 and 0 <= summary["syntax_error_rate"] <= 1

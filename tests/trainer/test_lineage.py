@@ -34,7 +34,7 @@ def test_a_checkpoint_names_its_data_and_the_data_of_the_weights_it_started_from
     write_lineage(sad, lineage(_cfg("sad", shards="/data/out_a")), step=100)
     assert json.loads((sad / LINEAGE_FILE).read_text()) == {
         "recipe": "sad", "shards": ["/data/out_a"], "init_from": None,
-        "init_from_recorded": None, "code": trainer_code(), "step": 100}
+        "init_from_recorded": None, "data": {}, "code": trainer_code(), "step": 100}
     assert trainer_code() == source_digest([ROOT / "trainer"])
     dpo = lineage(_cfg("dpo", shards="/data/out_b", init_from=str(sad)))
     assert dpo["shards"] == ["/data/out_b", "/data/out_a"] and dpo["init_from_recorded"]
