@@ -22,6 +22,7 @@ from trainer.data_identity import data_identity, valid_identity
 
 LINEAGE_FILE = "training.json"
 MAX_BYTES = 1 << 20  # a record names a few paths; a larger file is not ours
+MAX_OUTS = 1_000  # OUTs one record names (a loop round adds its own): `trainer eval` lists each
 
 
 def lineage(cfg: Any) -> dict[str, Any]:
@@ -58,7 +59,8 @@ def write_lineage(directory: Path, record: dict[str, Any], step: int) -> None:
 def recorded_shards(checkpoint: str | Path) -> list[str] | None:
     """The OUTs `checkpoint`'s record names; None when it has no readable record."""
     shards = _record(checkpoint).get("shards")
-    if not isinstance(shards, list) or not all(isinstance(s, str) and s for s in shards):
+    if (not isinstance(shards, list) or len(shards) > MAX_OUTS
+            or not all(isinstance(s, str) and s for s in shards)):
         return None
     return shards
 
@@ -67,7 +69,7 @@ def recorded_data(checkpoint: str | Path) -> dict[str, dict[str, Any]]:
     """The identities `checkpoint`'s record gives its OUTs (none from before they were
     recorded; a malformed entry is left out)."""
     data = _record(checkpoint).get("data")
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or len(data) > MAX_OUTS:
         return {}
     return {out: identity for out, identity in data.items() if valid_identity(identity)}
 

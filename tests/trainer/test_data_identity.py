@@ -17,7 +17,8 @@ from trainer.config import load_config
 from trainer.data_identity import (data_identity, holds, parse_ranges, shard_sizes,
                                    valid_identity)
 from trainer.eval import training_shards
-from trainer.lineage import LINEAGE_FILE, lineage, recorded_data, write_lineage
+from trainer.lineage import (LINEAGE_FILE, MAX_OUTS, lineage, recorded_data, recorded_shards,
+                             write_lineage)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -109,6 +110,9 @@ def test_a_checkpoint_records_its_data_and_inherits_that_of_its_start(out, tmp_p
     (Path(start) / LINEAGE_FILE).write_text(json.dumps(
         {**sad, "data": {str(out): {"chunks": "2-1"}, "x": 3}}))
     assert recorded_data(start) == {}  # read, not trusted
+    many = {f"/out/{i}": sad["data"][str(out)] for i in range(MAX_OUTS + 1)}
+    (Path(start) / LINEAGE_FILE).write_text(json.dumps({"shards": list(many), "data": many}))
+    assert recorded_data(start) == {} and recorded_shards(start) is None  # each would be listed
 
 
 def test_eval_says_which_out_holds_the_data_the_checkpoint_read(out, tmp_path):

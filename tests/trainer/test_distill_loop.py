@@ -144,7 +144,12 @@ def test_round_zero_then_round_one_end_to_end(loop_run):
     assert "| IRR | IRR n |" in (out / "rounds.md").read_text()
     reports = [json.loads((out / f"round-00{i}" / "eval.json").read_text()) for i in (0, 1)]
     assert reports[0]["tasks"]["ids_sha256"] == reports[1]["tasks"]["ids_sha256"]
-    assert reports[1]["tasks"]["leak_check"]["shards"][-1] == str(out / "round-001" / "data")
+    leak_check = reports[1]["tasks"]["leak_check"]
+    assert leak_check["shards"][-1] == str(out / "round-001" / "data")
+    mix = str(out / "round-001" / "mix")  # what round 1 trained on is among what was checked
+    assert mix in leak_check["shards"] and leak_check["recorded_data_held_by"][mix] == mix
+    assert all(report["tasks"]["leak_check"]["recorded_data_not_held"] == []
+               and report["tasks"]["leak_check"]["recorded_data_held_by"] for report in reports)
 
 
 def test_round_one_trains_from_round_zeros_student(loop_run):

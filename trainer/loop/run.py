@@ -296,7 +296,10 @@ def _student_round(plan: Plan, directory: RoundDir,
     if config.dpo.enabled:
         dpo = train.dpo_train_config(config, directory.data, directory.dpo, checkpoint)
         checkpoint = phases.run("dpo", lambda: train.run_fit(dpo))["checkpoint"]
-    roots = [str(plan.round0_data), *map(str, earlier_data), str(directory.data)]
+    # the mixes too: the student trained on them, and its training.json names them
+    mixes = [RoundDir(plan.out, r).mix for r in range(1, index + 1)]
+    roots = [str(plan.round0_data), *map(str, earlier_data),
+             *(str(m) for m in mixes if m.is_dir()), str(directory.data)]
     report = phases.run("eval", lambda: evaluation.run_eval(config.eval, checkpoint, roots))
     return phases.manifest(checkpoint, report)
 
