@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from trainer.config import load_config
+from trainer.data_identity import data_identity
 from trainer.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +63,8 @@ def test_checkpoint_is_a_hugging_face_checkpoint(first_run, pipeline_out):
     trained_on = json.loads((checkpoint / "training.json").read_text())
     assert trained_on["shards"] == [str(Path(pipeline_out).resolve())]
     assert trained_on["recipe"] == "sad" and trained_on["step"] == FIRST_STEPS
+    out = trained_on["shards"][0]  # the data it read, recognisable in a copy (test_data_identity)
+    assert trained_on["data"] == {out: data_identity(out)} and data_identity(out)["files"] >= 2
     model = AutoModelForCausalLM.from_pretrained(checkpoint)
     assert isinstance(model, AgentQwen2ForCausalLM)
     assert model.config.split_embeddings and model.config.use_landmark and model.config.use_mch
