@@ -81,6 +81,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     text = json.dumps(report, indent=2)
     print(text)
+    if note := report["tasks"]["leak_check"].get("note"):  # a weaker held-out claim: said aloud
+        print(f"trainer eval: leak check: {note}", file=sys.stderr)
     if args.out:
         try:
             Path(args.out).write_text(text + "\n")

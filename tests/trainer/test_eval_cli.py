@@ -118,6 +118,35 @@ def test_only_flags_and_another_eval_seed(checkpoint, tmp_path, capsys):
     assert "--episodes-out: no episodes to write" in capsys.readouterr().err
 
 
+def test_shards_that_are_not_the_training_data_are_said_on_stderr(checkpoint, pipeline_out,
+                                                                  tmp_path, capsys):
+    """The checkpoint records the OUT it read (training.json); `--shards` of another OUT is
+    checked, and the report and stderr say the training data itself was not."""
+    from trainer.data_identity import data_identity
+    from trainer.lineage import write_lineage
+
+    trained = tmp_path / "trained"
+    shutil.copytree(checkpoint, trained)
+    write_lineage(trained, {"shards": [str(pipeline_out)],
+                            "data": {str(pipeline_out): data_identity(str(pipeline_out))}}, step=1)
+    other = tmp_path / "other"
+    shutil.copytree(pipeline_out, other)
+    shard = sorted((other / "trajectories").glob("part-*.parquet"))[0]
+    pq.write_table(pq.read_table(shard).slice(1), shard)  # another OUT: one row fewer
+    args = ["eval", "--checkpoint", str(trained), *FAST, "--only", "steps"]
+    assert main([*args, "--shards", str(other)]) == 0
+    captured = capsys.readouterr()
+    leak_check = json.loads(captured.out)["tasks"]["leak_check"]
+    assert leak_check["recorded_data_not_held"] == [str(pipeline_out)]
+    assert captured.err.strip().splitlines()[-1] == (  # last: after Transformers' loading bar
+        f"trainer eval: leak check: {leak_check['note']}")
+    assert main([*args, "--shards", str(other), "--shards", str(pipeline_out)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["tasks"]["leak_check"]["recorded_data_held_by"] == {
+        str(pipeline_out): str(pipeline_out)}
+    assert "leak check" not in captured.err
+
+
 def test_leaky_shards_and_bad_settings_are_refused_before_any_work(checkpoint, pipeline_out,
                                                                    tmp_path, capsys):
     leaky = tmp_path / "leaky"
