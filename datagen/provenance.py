@@ -18,6 +18,7 @@ import functools
 import hashlib
 import importlib
 import importlib.util
+import itertools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,18 +28,24 @@ UNRECORDED = "unrecorded"  # a chunk written before markers named their code
 MAX_FIELD = 64  # a hand-edited marker's version or digest, cut for the manifest and notes
 MAX_NAMED = 5  # codes a note names; the manifest lists every one
 MAX_FILE_BYTES = 1 << 20  # larger files count by name and size (source files are far smaller)
+MAX_FILES = 20_000  # files under one root (datagen, mutators and critics: ~200)
 
 
 def source_digest(roots: Iterable[Path]) -> str:
     """sha256 (16 hex digits) over every file under `roots` (a root may be one file) - its path
     relative to its root's parent, then its bytes, both length-prefixed - except bytecode
     caches. A file over MAX_FILE_BYTES (a user's package with a data dump in it) counts by
-    name and size: each worker computes this once, and it must stay cheap."""
+    name and size, and a root of more than MAX_FILES files (a package that is a whole project
+    tree) is not walked further, "unknown": each worker computes this once, and it must stay
+    cheap."""
     digest = hashlib.sha256()
     for root in roots:
-        files = [root] if root.is_file() else sorted(
-            path for path in root.rglob("*") if path.is_file()
-            and "__pycache__" not in path.parts and path.suffix != ".pyc")
+        found = ([root] if root.is_file() else
+                 (path for path in root.rglob("*") if path.is_file()
+                  and "__pycache__" not in path.parts and path.suffix != ".pyc"))
+        files = sorted(itertools.islice(found, MAX_FILES + 1))
+        if len(files) > MAX_FILES:
+            return "unknown"
         for path in files:
             size = path.stat().st_size
             content = path.read_bytes() if size <= MAX_FILE_BYTES else f"size {size}".encode()

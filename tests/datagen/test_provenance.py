@@ -57,6 +57,19 @@ def test_a_file_over_the_cap_counts_by_name_and_size(tmp_path, monkeypatch):
     assert source_digest([package]) != before
 
 
+def test_a_tree_of_too_many_files_is_not_walked_whole(tmp_path, monkeypatch):
+    import datagen.provenance as provenance
+
+    monkeypatch.setattr(provenance, "MAX_FILES", 3)
+    package = _package(tmp_path)
+    files = [p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    for index in range(3 - len(files)):
+        (package / f"extra{index}.py").write_text("")
+    assert source_digest([package]) != "unknown"
+    (package / "one_more.py").write_text("")
+    assert source_digest([package]) == "unknown"
+
+
 def test_this_process_code_is_the_three_packages_it_imported():
     roots = [Path(module.__file__).parent for module in (datagen, mutators, critics)]
     assert code_identity() == {"version": datagen.__version__, "digest": source_digest(roots)}
