@@ -6,8 +6,8 @@ data: `trainer eval --shards /copy/out` checked held-out tasks against whatever 
 and a report could not tell a copy of the training data from another OUT. The identity taken
 here is the complete chunks' shards of the tables the leak check reads (`trajectories/`,
 `repairs/`) by name and size: what a copy (local, rsync, `aws s3 sync`) keeps and a
-regeneration with another seed or config does not. Listing only (no shard is read), so a
-10,000-chunk OUT costs a listing and its stats.
+regeneration with another seed or config does not. Listing only (no shard is read): a
+10,000-chunk OUT costs one listing per table (its stats on a disk).
 
 An OUT *holds* an identity when, for the identity's chunks, it has the same shards with the
 same sizes; chunks beside them are fine (an OUT that grew after the fit started still contains
@@ -20,7 +20,7 @@ import bisect
 import hashlib
 from typing import Any
 
-from trainer.shard_files import part_files, stamps
+from trainer.shard_files import complete_part_sizes
 
 TABLES = ("trajectories", "repairs")  # the tables trainer/heldout.py reads instructions from
 MAX_DIGITS = 18  # a chunk number fits an int64
@@ -43,7 +43,7 @@ def shard_sizes(out: str) -> dict[str, int] | None:
     sized = {}
     try:
         for table in TABLES:
-            for name, size, _ in stamps(part_files(out, table, warn=False)):
+            for name, size in complete_part_sizes(out, table, warn=False).items():
                 if _number(name) is not None:
                     sized[f"{table}/{name}"] = int(size)
     except (OSError, ValueError):

@@ -34,34 +34,61 @@ def _fs(uri: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(uri)
 
 
+def _sizes(folder: str | Path) -> dict[str, int]:
+    """Bytes of each file directly in a folder or under a prefix, by name (none when it is
+    missing): one listing on a store, whose entries carry their sizes."""
+    if is_uri(folder):
+        fs, path = _fs(str(folder))
+        found = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        return {info.base_name: info.size for info in found if info.type == pafs.FileType.File}
+    sizes = {}
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_file():
+                        sizes[entry.name] = entry.stat().st_size
+                except FileNotFoundError:  # removed while listed
+                    continue
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    return sizes
+
+
 def _names(folder: str | Path) -> list[str]:
     """File names directly in a folder or under a prefix (none when it is missing)."""
-    if not is_uri(folder):
-        return [p.name for p in Path(folder).glob("*") if p.is_file()]
-    fs, path = _fs(str(folder))
-    found = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    return [info.base_name for info in found if info.type == pafs.FileType.File]
+    return list(_sizes(folder))
+
+
+def _is_part(name: str) -> bool:
+    return name.startswith("part-") and name.endswith(".parquet")
 
 
 def part_names(folder: str | Path) -> list[str]:
     """The `part-*.parquet` names directly in a folder or under a prefix, sorted."""
-    return sorted(n for n in _names(folder) if n.startswith("part-") and n.endswith(".parquet"))
+    return sorted(n for n in _names(folder) if _is_part(n))
 
 
-def part_files(root: str | Path, table: str, warn: bool = True) -> list[str]:
+def part_files(root: str | Path, table: str) -> list[str]:
     """OUT/<table>/part-*.parquet of complete chunks, sorted, as paths (a directory) or URIs
     (a store). A shard whose chunk has no marker (a killed or running chunk's: on a store
-    it is written at its final key) is left out, with a warning unless `warn` is false; an
-    OUT without `_chunks/` (written by hand, or copied without it) is read whole."""
-    names = part_names(join(root, table))
+    it is written at its final key) is left out; an OUT without `_chunks/` (written by hand,
+    or copied without it) is read whole."""
+    return [join(root, f"{table}/{n}") for n in complete_part_sizes(root, table)]
+
+
+def complete_part_sizes(root: str | Path, table: str, warn: bool = True) -> dict[str, int]:
+    """Name -> bytes of the shards `part_files` gives, in name order, from one listing of the
+    table and one of the markers; a warning names shards left out unless `warn` is false."""
+    sizes = {n: size for n, size in sorted(_sizes(join(root, table)).items()) if _is_part(n)}
     markers = set(_names(join(root, CHUNK_MARKERS)))
     if markers:
-        unmarked = [n for n in names if marker_of(n) not in markers]
+        unmarked = [n for n in sizes if marker_of(n) not in markers]
         if unmarked and warn:
             log.warning("%s: %d shard(s) of incomplete chunks left out (%s...)",
                         join(root, table), len(unmarked), unmarked[0])
-        names = [n for n in names if marker_of(n) in markers]
-    return [join(root, f"{table}/{n}") for n in names]
+        sizes = {n: size for n, size in sizes.items() if marker_of(n) in markers}
+    return sizes
 
 
 def check_footers(files: list[str], root: str | Path) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from tests.s3server import S3, job_env, s3  # noqa: F401 - s3 is a fixture
 from tests.trainer.conftest import NUM_TRAJECTORIES
+from trainer.data_identity import data_identity
 from trainer.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,6 +93,10 @@ def test_sad_trains_from_an_s3_out_reading_every_row_once_an_epoch(
     assert sum(r["tokens"] for r in first_epoch) == _lm_tokens_of(pipeline_out,
                                                                      trainer_tokenizer)
     assert Path(report["checkpoint"], "model.safetensors").exists()
+    # what it read, recorded by the worker from one listing of the bucket: the same shards,
+    # names and sizes, as the local OUT of the same config (trainer/data_identity.py)
+    trained_on = json.loads(Path(report["checkpoint"], "training.json").read_text())
+    assert trained_on["data"] == {s3_out: data_identity(str(pipeline_out))}
 
 
 def test_no_key_in_the_runs_output_metrics_or_files(sad_from_s3, s3):
