@@ -50,7 +50,7 @@ def _sizes(folder: str | Path) -> dict[str, int]:
                         sizes[entry.name] = entry.stat().st_size
                 except FileNotFoundError:  # removed while listed
                     continue
-    except (FileNotFoundError, NotADirectoryError):
+    except (FileNotFoundError, NotADirectoryError, PermissionError):  # as Path.glob had it
         return {}
     return sizes
 
