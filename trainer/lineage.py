@@ -81,6 +81,6 @@ def _record(checkpoint: str | Path) -> dict[str, Any]:
         if path.stat().st_size > MAX_BYTES:
             return {}
         record = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested past the parser
         return {}
     return record if isinstance(record, dict) else {}
