@@ -28,7 +28,7 @@ UNRECORDED = "unrecorded"  # a chunk written before markers named their code
 MAX_FIELD = 64  # a hand-edited marker's version or digest, cut for the manifest and notes
 MAX_NAMED = 5  # codes a note names; the manifest lists every one
 MAX_FILE_BYTES = 1 << 20  # larger files count by name and size (source files are far smaller)
-MAX_FILES = 20_000  # files under one root (datagen, mutators and critics: ~200)
+MAX_FILES = 20_000  # files under one root (datagen, mutators and critics: ~125)
 
 
 def source_digest(roots: Iterable[Path]) -> str:
