@@ -16,6 +16,7 @@ huge) is compiled with counted checks: one validation may run at most a budget o
 from __future__ import annotations
 
 import pickle
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -362,12 +363,23 @@ def _in_place_loop(normalised: NormalisedSchema) -> str | None:
     return loop_error(names + names[:1])
 
 
+# orjson writes NaN, Infinity and -Infinity all as `null`, so `"maximum": 1e400` and
+# `"maximum": -1e400` (read as +-inf) gave one fingerprint and shared a compiled schema. A
+# schema whose bytes hold a bare null (a real one too, e.g. `"default": null`, which then only
+# costs a slower fingerprint) is fingerprinted by its repr: nan, inf, -inf, None all differ.
+# The literal comes first so that re scans for it at `bytes.find` speed (5 us per 4.5 KB;
+# `(?:^|[:,\[])null` tried every position: 180 us, 12x the orjson dump itself).
+_BARE_NULL = re.compile(rb"null(?<=[:,\[]null)(?=[,\]}])")
+
+
 def _fingerprint(parameters: Any) -> bytes | None:
     """The schema's content as bytes, or None when it has none that can be computed (then it
     is compiled but not cached by content)."""
     try:
-        return orjson.dumps(parameters, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
-                            default=repr)
+        dumped = orjson.dumps(parameters, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
+                              default=repr)
+        if dumped != b"null" and _BARE_NULL.search(dumped) is None:
+            return dumped
     except (TypeError, orjson.JSONEncodeError):  # e.g. an int beyond 64 bits
         pass
     try:

@@ -21,7 +21,7 @@ from mutators.negative import (ALL_KINDS, KINDS, KindSpec, MutationContext, Muta
 from mutators.outcome import OutcomeProbe, is_read_only
 from mutators.slots import walk
 from mutators.validate import (ToolInfo, ValidationError, call_arguments, load_tool,
-                               validate_with)
+                               too_deep_error, validate_with)
 
 SPECS: dict[str, KindSpec] = {
     "type_error": type_error.SPEC,
@@ -48,7 +48,7 @@ def _context(call: Any, tool: Any, env: Any, other_tools: Iterable[Any] | None,
     name, arguments, malformed = call_arguments(call)
     if malformed is not None:
         return Rejected("malformed_call", f"the call is malformed: {malformed.message}")
-    errors = [] if original_valid else validate_with(call, loaded)
+    errors = [] if original_valid else _original_errors(call, loaded)
     if errors:
         shown = "; ".join(e.message for e in errors[:3])
         return Rejected("invalid_original", f"the original call is invalid ({shown}); "
@@ -60,6 +60,15 @@ def _context(call: Any, tool: Any, env: Any, other_tools: Iterable[Any] | None,
     # placeholder here, not a fresh Random(0) per call (~4 us of seeding each)
     return MutationContext(canonical, loaded, walk(canonical["arguments"], loaded.schema),
                            _NO_RNG, env, others)
+
+
+def _original_errors(call: Any, tool: ToolInfo) -> list[ValidationError]:
+    """`validate_with`, with a value nested past the recursion limit an error, as `validate`
+    reports it: such a call is an invalid original, not an unreadable one."""
+    try:
+        return validate_with(call, tool)
+    except RecursionError:
+        return [too_deep_error()]
 
 
 def loaded_tools(specs: list[Any]) -> list[ToolInfo]:
@@ -102,9 +111,13 @@ def _run_kind(spec: KindSpec, ctx: MutationContext) -> Negative | Rejected:
     for drawn in itertools.islice(spec.order(candidates, ctx.rng), MAX_TRIED):
         tried += 1
         candidate = materialise(drawn, ctx)
-        call = candidate.build()
-        errors = validate_with(call, ctx.tool)
-        if spec.accepts(ctx, candidate, call, errors):
+        try:
+            call = candidate.build()
+            errors = validate_with(call, ctx.tool)
+            accepted = spec.accepts(ctx, candidate, call, errors)
+        except RecursionError:  # a value too deep to check: this candidate proves nothing
+            continue
+        if accepted:
             description = candidate.description
             if spec.outcome_checked and ctx.probe is not None and ctx.probe.last_change:
                 description = f"{description} ({ctx.probe.last_change})"

@@ -24,7 +24,9 @@ from mutators.introspect import accepted_types
 from mutators.jsonvalues import json_equal, json_type
 from mutators.schema import Node
 
-MAX_DESCRIPTION = 2000   # characters of a description that are read
+# characters of a description that are read; every pattern below runs on at most these
+# (tool argument values, which have no length limit, never reach them)
+MAX_DESCRIPTION = 2000
 MAX_CACHED_TEXT = 256    # strings up to this length have their comparison key cached
 UNREADABLE = ("<unreadable default>",)  # a default is stated but its value cannot be read
 
@@ -72,7 +74,10 @@ _ENUM_LEAD = re.compile(
     r"(?:\s*the\s+following(?:\s+values)?)?\s*:?\s*", re.IGNORECASE)
 _QUOTED_ITEM = re.compile(_QUOTED)
 _BARE_ITEM = re.compile(r"[A-Za-z0-9_][\w.\-+/]*")
-_LIST_GLUE = re.compile(r"^(?:\s*(?:,|/|\||\bor\b|\band\b)\s*)+$", re.IGNORECASE)
+# Leading spaces outside the loop: with `\s*` on both sides of each separator, a run of
+# spaces between two separators could go to either one, and a near-miss ("  ,  ,  , x")
+# backtracked exponentially (73 characters took 48 s).
+_LIST_GLUE = re.compile(r"^\s*(?:(?:,|/|\||\bor\b|\band\b)\s*)+$", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"\.(?:\s|$)|;|\n|\(|\)")  # a list ends at a sentence or an aside
 
 _EXAMPLE = re.compile(rf"\b(?:e\.\s?g\.?,?|for\s+example,?|such\s+as|example\s*:|"

@@ -46,13 +46,28 @@ def _string(node: Node, key: str) -> str:
     return text
 
 
+def _finite(bound: int | float | None) -> int | float | None:
+    """A numeric bound, or None for NaN and +-inf (1e400 is legal JSON and reads as inf): no
+    value can be built from them, and ceil() would raise."""
+    return None if isinstance(bound, float) and not math.isfinite(bound) else bound
+
+
+def _past(bound: int | float, step: int | float) -> int | float:
+    """`bound + step`, exact for an int past the float range (10**400 + 0.5 overflows)."""
+    try:
+        return bound + step
+    except OverflowError:
+        return bound + (1 if step > 0 else -1)
+
+
 def _number(node: Node, integer: bool) -> int | float:
     step = 1 if integer else 0.5
-    low, high = node.minimum, node.maximum
-    if low is None and node.exclusive_minimum is not None:
-        low = node.exclusive_minimum + step
-    if high is None and node.exclusive_maximum is not None:
-        high = node.exclusive_maximum - step
+    low, high = _finite(node.minimum), _finite(node.maximum)
+    exclusive_low, exclusive_high = _finite(node.exclusive_minimum), _finite(node.exclusive_maximum)
+    if low is None and exclusive_low is not None:
+        low = _past(exclusive_low, step)
+    if high is None and exclusive_high is not None:
+        high = _past(exclusive_high, -step)
     value: float = 1 if low is None else low
     if high is not None and value > high:
         value = high

@@ -169,6 +169,11 @@ def validate_with(call: Any, tool: ToolInfo) -> list[ValidationError]:
     return errors
 
 
+def too_deep_error() -> ValidationError:
+    """The error for a value nested past Python's recursion limit (the checks recurse)."""
+    return _error("arguments", "malformed", "value nested too deeply to validate")
+
+
 def validate_detailed(call: Any, tool: Any) -> list[ValidationError]:
     """Every reason `call` does not fit `tool`, as structured errors ([] when valid)."""
     try:
@@ -177,7 +182,7 @@ def validate_detailed(call: Any, tool: Any) -> list[ValidationError]:
             return [loaded]
         return validate_with(call, loaded)
     except RecursionError:
-        return [_error("arguments", "malformed", "value nested too deeply to validate")]
+        return [too_deep_error()]
     except Exception as exc:  # noqa: BLE001 - validate never raises; a bug becomes data
         return [_error("call", "malformed", f"validator failed: {type(exc).__name__}: {exc}")]
 

@@ -136,7 +136,9 @@ def number_steps(value: int | float, integer: bool) -> list[int | float]:
     decimals = _decimals(value)
     scale = abs(value) * 0.1 if value else 0.1
     relative = []
-    for delta in (scale, -scale):
+    # 10% of a subnormal (5e-324) underflows to 0, whose log10 raises: only +-1 for those
+    deltas = (scale, -scale) if scale > 0 and math.isfinite(scale) else ()
+    for delta in deltas:
         shifted = round(value + delta, max(decimals, 1 - math.floor(math.log10(scale))))
         if shifted != value and math.isfinite(shifted):
             relative.append(shifted)

@@ -4,12 +4,14 @@ Python's int-str limit, bad seeds and kinds. Nothing hangs, nothing raises, mess
 from __future__ import annotations
 
 import re
+import signal
 import time
+from contextlib import contextmanager
 
 import pytest
 
 from mutators import ALL_KINDS, KINDS, mutate_report, schema_warnings, validate
-from mutators import safe_regex
+from mutators import formats, prose, safe_regex
 from mutators.safe_regex import UNDECIDED, compile_safe, new_call
 
 PATHOLOGICAL = ["(a+)+$", "((a)+)+$", "(a|a)*$", "(a|a?)+$", "(?:a|a)+b", "(x+x+)+y",
@@ -133,3 +135,70 @@ def test_mutate_report_takes_any_seed_and_reports_bad_kinds():
 def test_arguments_of_the_wrong_shape_raise_a_clear_type_error(kwargs, message):
     with pytest.raises(TypeError, match=message):
         mutate_report({"name": "t", "arguments": {}}, tool_with({"type": "integer"}), **kwargs)
+
+
+@contextmanager
+def interrupted_after(seconds: float):
+    """Raise TimeoutError in the block after `seconds`: Python's re checks for signals while it
+    backtracks, so an exponential match fails the test instead of hanging the suite.
+    pytest-timeout's own alarm is put back afterwards."""
+    def expire(signum, frame):
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-3))
+
+
+# Repeated pieces of what the patterns look for, each run ending in characters that fail it:
+# the near-misses that make a backtracking pattern retry every split of the run.
+NEAR_MISS_UNITS = ("  ,", "  or ", " / ", "| and ", "a.", "a@", "a-", "a:", "1,", "12:",
+                   "'a', ", "default ", "e.g. ", " ", "a", "1", "@", ".")
+
+
+def near_misses(length: int) -> list[str]:
+    return [(unit * (length // len(unit) + 1))[:length - 2] + tail
+            for unit in NEAR_MISS_UNITS for tail in ("!", " \n")]
+
+
+def slowest_match(pattern: re.Pattern, operations: tuple[str, ...], length: int,
+                  limit: float) -> tuple[float, str]:
+    """The longest time one of `operations` took on a near-miss of `length` characters (inf
+    when interrupted at `limit`), and the subject's first characters."""
+    worst, subject_head = 0.0, ""
+    for subject in near_misses(length):
+        for operation in operations:
+            start = time.perf_counter()
+            try:
+                with interrupted_after(limit):
+                    getattr(pattern, operation)(subject)
+                seconds = time.perf_counter() - start
+            except TimeoutError:
+                seconds = float("inf")
+            if seconds > worst:
+                worst, subject_head = seconds, subject[:12]
+    return worst, subject_head
+
+
+# Each module's patterns, the way the module runs them, at the longest text they can get:
+# descriptions are clipped to MAX_DESCRIPTION; format checks fullmatch argument values, which
+# have no limit (1 MB stands for a long model output).
+@pytest.mark.parametrize("module, operations, length", [
+    (prose, ("match", "search"), prose.MAX_DESCRIPTION), (formats, ("fullmatch",), 1_000_000)])
+def test_module_patterns_stay_fast_on_their_longest_inputs(module, operations, length):
+    # prose._LIST_GLUE was ^(?:\s*(?:,|/|\||\bor\b|\band\b)\s*)+$: 73 characters of
+    # "  ,  ,  , x" took 48 s; at 2,000 characters it would never end
+    patterns = {name: value for name, value in vars(module).items()
+                if isinstance(value, re.Pattern)}
+    assert len(patterns) >= 7
+    limit = 1.0
+    slow = {name: slowest_match(pattern, operations, length, limit)
+            for name, pattern in patterns.items()}
+    assert all(seconds < limit for seconds, _ in slow.values()), slow

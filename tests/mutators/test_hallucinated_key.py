@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from mutators import mutate_report, validate_detailed
 from mutators.hallucinated_key import renamed_keys, split_key, synonym_keys
 from tests.mutators.fake_crm_env import CREATE_TICKET, CRM_TOOLS, GET_CUSTOMER, function_tool
@@ -115,3 +117,17 @@ def test_borrowed_keys_follow_a_changed_tool_set():
     extra = function_tool("archive", {"archive_reason": {"type": "string"}})
     assert "archive_reason" in {n.mutated for _, n in borrowed_negatives([*CRM_TOOLS, extra])}
     assert "archive_reason" not in {n.mutated for _, n in borrowed_negatives(CRM_TOOLS)}
+
+
+def test_other_tools_with_infinite_or_huge_bounds_still_lend_their_keys():
+    # sampling their values raised (ceil(inf); 10**400 + 0.5 overflows a float) and failed the
+    # whole kind for an ordinary tool; a non-finite bound now counts as absent
+    limit = json.loads('{"type": "integer", "minimum": 1e400, "maximum": NaN}')  # 1e400: inf
+    odd = [function_tool("list_orders", {"limit": limit}),
+           function_tool("pay", {"amount": {"type": "number", "exclusiveMinimum": 10**400}}),
+           function_tool("refund", {"cents": {"type": "integer", "exclusiveMaximum": -10**400}})]
+    assert hallucinated(CALL, GET_CUSTOMER, 0, [GET_CUSTOMER, *odd])[1] is None
+    lent = {n.mutated: n.call["arguments"][n.mutated]
+            for _, n in borrowed_negatives([GET_CUSTOMER, *odd])}
+    assert lent["limit"] == 1
+    assert lent["amount"] == 10**400 + 1 and lent["cents"] == -10**400 - 1  # exact ints

@@ -44,6 +44,17 @@ def test_number_steps_and_truncation_keep_meaning_apart():
     assert truncate_name("5 kg") is None
 
 
+
+def test_a_subnormal_number_gets_unit_steps_and_the_kind_still_works():
+    # 10% of 5e-324 underflowed to 0 and math.log10(0) raised: logical_error failed outright
+    assert number_steps(5e-324, False) == [1.0, -1.0]
+    tool = function_tool("fit", {"tolerance": {"type": "number"}, "rate": {"type": "number"}},
+                         ["tolerance", "rate"])
+    call = {"name": "fit", "arguments": {"tolerance": 5e-324, "rate": 0.5}}
+    for seed in range(6):
+        report = mutate_report(call, tool, seed, kinds=["logical_error"])
+        assert report.get("logical_error") is not None, report.impossible
+
 def test_every_seed_is_valid_and_different():
     call = {"name": "create_ticket", "arguments": {"customer_id": "C-1001", "title": "Login",
                                                    "priority": "high", "due_date": "2024-05-01",

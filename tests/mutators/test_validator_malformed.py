@@ -6,8 +6,8 @@ import datetime
 
 import pytest
 
-from mutators import (ALL_KINDS, KINDS, coerce_call, mutate, mutate_report, validate,
-                      validate_detailed)
+from mutators import (ALL_KINDS, KINDS, Candidate, coerce_call, mutate, mutate_report,
+                      validate, validate_detailed)
 
 GOOD_TOOL = {"name": "t", "parameters": {"type": "object", "properties": {
     "x": {"type": "string"}, "items": {"type": "array"}, "meta": {"type": "object"}}}}
@@ -79,6 +79,44 @@ def test_deeply_nested_values_do_not_crash():
     assert isinstance(validate({"name": "t", "arguments": value}, tool), list)
     assert isinstance(mutate({"name": "t", "arguments": value}, tool), list)
 
+
+
+TREE = {"name": "t", "parameters": {"$ref": "#/$defs/N", "$defs": {"N": {
+    "type": "object", "properties": {"a": {"$ref": "#/$defs/N"}, "name": {"type": "string"}},
+    "additionalProperties": False}}}}
+
+
+def nested(depth: int, leaf: dict) -> dict:
+    for _ in range(depth):
+        leaf = {"a": leaf}
+    return leaf
+
+
+def test_a_too_deep_original_is_invalid_and_a_too_deep_candidate_is_skipped():
+    # mutate called validate_with, which lets RecursionError through (validate_detailed
+    # catches it): every kind was `unreadable`, and one deep candidate failed its whole kind
+    deep = {"name": "t", "arguments": nested(5000, {"name": "x"})}
+    depth_error = "arguments: value nested too deeply to validate"
+    assert validate(deep, TREE) == [depth_error]
+    rejected = mutate_report(deep, TREE, kinds=ALL_KINDS).impossible.values()
+    assert {r.kind for r in rejected} == {"invalid_original"}
+    assert all(depth_error in r.detail for r in rejected)
+
+    def too_deep(ctx):
+        yield Candidate("too_deep", ("a",), None, "deep",
+                        ctx.edited(lambda a: a.__setitem__("a", nested(5000, {}))))
+
+    def name_as_number(ctx):
+        yield Candidate("string_for_number", ("name",), "x", 5,
+                        ctx.edited(lambda a: a.__setitem__("name", 5)))
+
+    call = {"name": "t", "arguments": {"name": "x"}}
+    alone = mutate_report(call, TREE, kinds=["type_error"], operators={"type_error": [too_deep]})
+    assert alone.impossible["type_error"].kind == "none_accepted"
+    for seed in range(4):
+        report = mutate_report(call, TREE, seed, kinds=["type_error"],
+                               operators={"type_error": [too_deep, name_as_number]})
+        assert report.get("type_error").mutated == 5, report.impossible
 
 def test_unknown_kind_is_reported():
     report = mutate_report({"name": "t", "arguments": {"x": "a"}}, GOOD_TOOL, kinds=["nonsense"])

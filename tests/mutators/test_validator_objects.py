@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from mutators import compile_schema, validate, validate_detailed
+import json
+
+from mutators import clear_cache, compile_schema, validate, validate_detailed
 
 
 def tool(parameters: dict, name: str = "t", wrapped: bool = True) -> dict:
@@ -222,6 +224,21 @@ def test_compiled_once_per_schema_identity_and_content():
     assert compile_schema(params) is compile_schema(params)
     assert compile_schema(params) is compile_schema(same_content)
 
+
+
+def test_schemas_differing_only_in_an_infinite_bound_are_compiled_apart():
+    # orjson writes inf, -inf and nan all as null: whichever was compiled first served both
+    def bounded(maximum: str) -> dict:
+        text = '{"type": "object", "properties": {"n": {"type": "number", "maximum": M}}}'
+        return json.loads(text.replace("M", maximum))  # 1e400 is legal JSON, read as inf
+
+    high, low = bounded("1e400"), bounded("-1e400")
+    for first in (high, low):
+        clear_cache()
+        compile_schema(first)
+        assert found(high, {"n": 3}) == []
+        assert found(low, {"n": 3}) == [("arguments.n", "range")]
+    assert compile_schema(high) is compile_schema(bounded("1e400"))  # still cached by content
 
 def test_odd_keys_are_quoted_in_paths():
     schema = {"type": "object", "properties": {"a.b": {"type": "string"}}}
