@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -47,6 +48,18 @@ INT64_RANGE = (-2**63, 2**63 - 1)  # what JSON readers, Arrow and the backends t
 # memory is not a custom resource, `bundle` is its placement groups'): Ray refuses them when
 # the first worker is created.
 RAY_RESERVED_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory", "bundle")
+
+# Every model or tokenizer path a run loads (datagen/pipeline/preflight.py makes them absolute
+# and checks them on the workers). The LOCAL_DIRECTORY_FIELDS are documented as local; hf and
+# vllm models (and so their tokenizers, which default to the model) may be hub names where
+# downloads work.
+MODEL_PATH_FIELDS = ("tokenizer", "teacher.hf.model", "teacher.hf.tokenizer",
+                     "teacher.vllm.model", "teacher.vllm.tokenizer", "teacher.openai.tokenizer",
+                     "critics.llm.hf.model", "critics.llm.hf.tokenizer",
+                     "critics.llm.openai.tokenizer")
+LOCAL_DIRECTORY_FIELDS = ("tokenizer", "teacher.openai.tokenizer", "critics.llm.openai.tokenizer")
+TOKENIZER_HELP = ("name a local Hugging Face tokenizer directory (scripts/build_tokenizer.py "
+                  "builds one)")
 
 
 def custom_resource_problem(name: str, amount: float) -> str | None:
@@ -340,6 +353,15 @@ class GenerateConfig(StrictModel):
         return envs
 
     @model_validator(mode="after")
+    def _model_paths(self) -> GenerateConfig:
+        """A NUL is in no path nor hub name: Transformers took one for a hub repo id, in a
+        worker, after Ray had started."""
+        for field in MODEL_PATH_FIELDS:
+            if "\x00" in (_dotted(self, field) or ""):
+                raise ValueError(f"{field}: a path cannot contain a NUL character")
+        return self
+
+    @model_validator(mode="after")
     def _plan_fits(self) -> GenerateConfig:
         chunks = -(-self.num_trajectories // self.chunk_size)
         if chunks > MAX_CHUNKS:
@@ -485,6 +507,36 @@ def _value_problem(value: Any) -> str | None:
     return None
 
 
+def _dotted(config: BaseModel, field: str) -> Any:
+    """`config.a.b.c` for `a.b.c`; None where a section is unset."""
+    value: Any = config
+    for name in field.split("."):
+        value = getattr(value, name, None)
+    return value
+
+
+def local_directory_problem(config: GenerateConfig) -> str | None:
+    """`field: why` for the first directory the config must name locally (LOCAL_DIRECTORY_FIELDS)
+    that cannot be one, or None. A relative path is read from the current directory, where
+    `resolve_paths` makes it absolute (a Ray job's driver and workers all start in its
+    working_dir); one that does not exist went to the workers, and Transformers took it for a
+    hub repo id there: minutes of retries, then an error without the field. A missing absolute
+    path is each worker's to check (preflight): it may be on storage only the workers mount."""
+    for field in LOCAL_DIRECTORY_FIELDS:
+        value = _dotted(config, field)
+        if not value:
+            continue
+        local = os.path.expanduser(value)
+        if os.path.isdir(local):
+            continue
+        if os.path.exists(local):
+            return f"{field}: {value} is not a directory; {TOKENIZER_HELP}"
+        if not os.path.isabs(local):
+            return (f"{field}: {value} does not exist ({os.path.abspath(local)}: a relative path "
+                    f"is read from the current directory); {TOKENIZER_HELP}")
+    return None
+
+
 def _format_errors(error: ValidationError, source: str) -> str:
     """One line for one error (the common case), else a line per error."""
     lines = []
@@ -512,6 +564,10 @@ def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None
     if problem := shape_problem(data):
         raise ConfigError(f"invalid config ({source}): {problem}")
     try:
-        return GenerateConfig.model_validate(data)
+        config = GenerateConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, source)) from None
+    # here, not in a validator: the workers validate the config again, on other nodes
+    if problem := local_directory_problem(config):
+        raise ConfigError(f"invalid config ({source}): {problem}")
+    return config

@@ -2,7 +2,8 @@
 
 A config is user input like any other: a file of gigabytes, YAML aliases that expand a small
 file into billions of values, nesting past Python's recursion limit, bytes that are not UTF-8,
-or PyYAML's constructors failing on an odd explicit tag must each end in one `ConfigError`
+a key given twice (PyYAML keeps the last value silently), or PyYAML's constructors
+failing on an odd explicit tag must each end in one `ConfigError`
 naming the file or the override, never in a traceback, a hang or a blown heap. `datagen
 generate` and every `trainer` config (fit, eval, loop) read their YAML through here.
 """
@@ -28,7 +29,48 @@ MAX_CONFIG_NODES = 100_000  # YAML aliases can expand a small file into billions
 MAX_CONFIG_DEPTH = 32
 # libyaml parses a 1 MB document in 2 s where PyYAML's Python parser takes 9 s, and it refuses
 # flow nesting past 1,000 levels instead of running into Python's recursion limit.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _ConfigLoader(_SAFE_LOADER):
+    """The safe loader, refusing a key given twice in one mapping: PyYAML keeps the last value
+    and drops the first silently (`seed: 1` ... `seed: 2` ran with seed 2). A merge key (`<<`)
+    is not a key: a mapping's own keys override what it merges, as YAML means them to."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _refuse_duplicate_keys(self, node)
+        return super().construct_document(node)
+
+
+def _refuse_duplicate_keys(loader: _ConfigLoader, root: yaml.Node) -> None:
+    """ConstructorError naming the dotted path and both lines of the first key given twice.
+    Walks the composed nodes, each once: an alias shares its anchor's node, so a YAML bomb
+    costs its size here, not its expansion (shape_problem bounds that after loading)."""
+    stack, visited = [(root, "")], set()
+    while stack:
+        node, path = stack.pop()
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((item, f"{path}.{index}" if path else str(index))
+                         for index, item in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            first_line: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                key: Any = "<<" if key_node.tag == _MERGE_TAG else "?"  # "?": a complex key
+                if key_node.tag != _MERGE_TAG and isinstance(key_node, yaml.ScalarNode):
+                    # constructed, so `seed` and `"seed"` are one key, as they are in the dict
+                    key = loader.construct_object(key_node)
+                    line = key_node.start_mark.line + 1
+                    if key in first_line:
+                        dotted = f"{path}.{key}" if path else str(key)
+                        raise yaml.constructor.ConstructorError(
+                            problem=f"duplicate key {dotted} (line {line}; first given on line "
+                                    f"{first_line[key]}): give each key once")
+                    first_line[key] = line
+                stack.append((value_node, f"{path}.{key}" if path else str(key)))
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -62,7 +104,7 @@ def _load_yaml(text: str) -> Any:
     """YAML -> Python; ValueError (with a one-line reason) for anything that is not YAML a
     config can hold."""
     try:
-        return yaml.load(text, Loader=_YAML_LOADER)  # a SafeLoader: no Python objects
+        return yaml.load(text, Loader=_ConfigLoader)  # a SafeLoader: no Python objects
     except yaml.YAMLError as exc:
         raise ValueError(_yaml_problem(exc)) from None
     except RecursionError:

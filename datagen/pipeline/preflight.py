@@ -22,7 +22,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from datagen.bounded_read import read_bounded
-from datagen.config import GenerateConfig
+from datagen.config import MODEL_PATH_FIELDS, GenerateConfig
 from datagen.envs import import_modules
 from datagen.pipeline.storage import Storage, is_uri, join, open_storage
 from datagen.teachers.config import check_logit_bias
@@ -41,11 +41,10 @@ STORE_HELP = ("workers reach an object store with their own environment: set the
 OUT_HELP = ("on a multi-node cluster OUT must be a filesystem every node mounts at the same "
             "path (NFS, a shared volume); pass an absolute --out on it")
 
-# (section path, field) of every local path a worker loads; sections may be absent.
-MODEL_PATHS = (((), "tokenizer"), (("teacher", "hf"), "model"), (("teacher", "hf"), "tokenizer"),
-               (("teacher", "vllm"), "model"), (("teacher", "vllm"), "tokenizer"),
-               (("teacher", "openai"), "tokenizer"), (("critics", "llm", "hf"), "model"),
-               (("critics", "llm", "hf"), "tokenizer"), (("critics", "llm", "openai"), "tokenizer"))
+# (section path, field) of every local path a worker loads (datagen/config.py lists them once);
+# sections may be absent.
+MODEL_PATHS = tuple((tuple(dotted.split(".")[:-1]), dotted.split(".")[-1])
+                    for dotted in MODEL_PATH_FIELDS)
 # What a Hugging Face tokenizer directory holds at least one of (fast, slow, sentencepiece).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 KEY_VARIABLES = (("teacher", "openai"), ("critics", "llm", "openai"))

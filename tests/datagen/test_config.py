@@ -188,3 +188,140 @@ def test_kind_lists_default_to_the_mutators_registry():
     extra = load_config(None, {"negatives.kinds": [*KINDS, "wrong_function"]})
     assert extra.negatives.kinds[-1] == "wrong_function"
     assert fingerprint(extra) != fingerprint(config)
+
+
+# A key given twice: PyYAML kept the last value and dropped the first without a word -------
+
+@pytest.mark.parametrize("text, expected", [
+    ("num_trajectories: 40\nseed: 1\nchunk_size: 10\nseed: 2\n",
+     "duplicate key seed (line 4; first given on line 2)"),
+    ("teacher:\n  backend: oracle\n  name: a\n  name: b\n",
+     "duplicate key teacher.name (line 4; first given on line 3)"),
+    ("envs:\n  - name: sql\n  - name: fs\n    weight: 1\n    weight: 2\n",
+     "duplicate key envs.1.weight (line 5; first given on line 4)"),
+    ("seed: 1\n'seed': 2\n", "duplicate key seed (line 2; first given on line 1)"),  # one key
+    ("teacher: {name: a, name: b}\n", "duplicate key teacher.name (line 1; first given on line 1)"),
+])
+def test_a_key_given_twice_is_refused_naming_it(tmp_path, text, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)) as info:
+        load_config(_write(tmp_path, text))
+    assert "\n" not in str(info.value)
+
+
+def test_merge_keys_and_aliases_are_not_duplicates(tmp_path):
+    """`<<` merges an anchored mapping, the mapping's own keys override it, and PyYAML takes
+    `<<` more than once; an anchor used twice is one node. All load as before."""
+    from datagen.config_files import read_yaml
+
+    text = ("sampling: &base {temperature: 0.7, top_p: 0.9}\n"
+            "extra: &more {max_tokens_per_turn: 64}\n"
+            "teacher:\n  name: merged\n  sampling:\n    <<: *base\n    <<: *more\n"
+            "    top_p: 0.5\n"
+            "again: [*base, *base]\n")
+    data = read_yaml(_write(tmp_path, text))
+    assert data["teacher"]["sampling"] == {"temperature": 0.7, "top_p": 0.5,
+                                           "max_tokens_per_turn": 64}
+    assert data["again"] == [data["sampling"]] * 2
+    config = load_config(_write(tmp_path, "teacher:\n  sampling: &s {top_p: 0.9}\n"
+                                          "critics:\n  backend: llm\n  llm:\n"
+                                          "    backend: openai\n    openai: {base_url: u, "
+                                          "model: m}\n    sampling:\n      <<: *s\n"
+                                          "      temperature: 0.1\n"))
+    assert config.critics.llm.sampling.top_p == 0.9
+    assert config.critics.llm.sampling.temperature == 0.1
+
+
+def test_a_key_given_twice_in_an_override_value_is_refused():
+    with pytest.raises(ConfigError, match=re.escape("override teacher: not a YAML value: "
+                                                    "duplicate key name (line 1")):
+        parse_override("teacher={name: a, name: b}")
+
+
+def test_the_trainer_refuses_a_key_given_twice(tmp_path):
+    from trainer.config import load_config as load_train_config
+
+    path = _write(tmp_path, "run_dir: r\nshards: s\ntokenizer: t\nrun_dir: q\n")
+    with pytest.raises(ConfigError, match=re.escape("duplicate key run_dir (line 4; first "
+                                                    "given on line 1)")):
+        load_train_config(path)
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """A run that gets past the config checks fails the test instead of starting Ray."""
+    import datagen.pipeline.driver
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the run reached Ray")
+
+    monkeypatch.setattr(datagen.pipeline.driver, "init_ray", refuse)
+
+
+def _generate(path, tmp_path, capsys) -> tuple[int, str]:
+    from datagen.pipeline.cli import main
+
+    code = main(["generate", "--config", str(path), "--out", str(tmp_path / "out")])
+    return code, capsys.readouterr().err
+
+
+def test_generate_reports_a_key_given_twice_as_a_config_error(tmp_path, capsys, no_ray):
+    code, err = _generate(_write(tmp_path, "num_trajectories: 4\nseed: 1\nseed: 2\n"),
+                          tmp_path, capsys)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "duplicate key seed (line 3; first given on line 2)" in err
+    assert not (tmp_path / "out").exists()
+
+
+# Local tokenizer directories, checked before Ray starts ------------------------------------
+# (a relative path that did not exist went to the workers as a hub repo id: 72 s of hub
+# retries, then "no chunk worker can run this config" without the field)
+
+@pytest.mark.parametrize("text, expected", [
+    ("tokenizer: no_such_tokenizer_dir\n",
+     "tokenizer: no_such_tokenizer_dir does not exist ({cwd}/no_such_tokenizer_dir: a relative "
+     "path is read from the current directory); name a local Hugging Face tokenizer directory"),
+    ('tokenizer: "a\\0b"\n', "tokenizer: a path cannot contain a NUL character"),
+    ("tokenizer: a_file\n", "tokenizer: a_file is not a directory; name a local Hugging Face"),
+    ("teacher: {backend: openai, openai: {base_url: u, model: m, token_ids: true, "
+     "tokenizer: no_such_dir}}\n", "teacher.openai.tokenizer: no_such_dir does not exist"),
+    ("critics:\n  backend: llm\n  llm: {backend: openai, openai: {base_url: u, model: m, "
+     "tokenizer: ./nope}}\n", "critics.llm.openai.tokenizer: ./nope does not exist"),
+    ('teacher: {backend: hf, hf: {model: "m\\0"}}\n',
+     "teacher.hf.model: a path cannot contain a NUL character"),
+    ('teacher: {backend: vllm, vllm: {model: m, tokenizer: "t\\0"}}\n',
+     "teacher.vllm.tokenizer: a path cannot contain a NUL character"),
+])
+def test_a_tokenizer_that_is_no_local_directory_names_the_field(tmp_path, monkeypatch, text,
+                                                                expected):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("not a tokenizer")
+    with pytest.raises(ConfigError, match=re.escape(expected.format(cwd=tmp_path))) as info:
+        load_config(_write(tmp_path, text))
+    assert "\n" not in str(info.value)
+
+
+def test_tokenizer_paths_that_can_work_still_load(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tok").mkdir()
+    assert load_config(_write(tmp_path, "tokenizer: tok\n")).tokenizer == "tok"
+    # an absolute path may be on storage only the workers mount: their preflight checks it
+    assert load_config(None, {"tokenizer": "/shared/no/such/tok"}).tokenizer
+    # hf and vllm models may be hub names where downloads work (teachers/config.py)
+    hub = load_config(None, {"teacher": {"backend": "hf", "hf": {"model": "Qwen/Qwen2.5-0.5B"}}})
+    assert hub.teacher.hf.model == "Qwen/Qwen2.5-0.5B"
+
+
+def test_generate_refuses_a_missing_relative_tokenizer_before_ray(tmp_path, monkeypatch,
+                                                                   capsys, no_ray):
+    monkeypatch.chdir(tmp_path)
+    path = _write(tmp_path, "num_trajectories: 4\nchunk_size: 2\nnum_workers: 1\n"
+                            "progress: false\ntokenizer: no_such_tokenizer_dir\n")
+    code, err = _generate(path, tmp_path, capsys)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "tokenizer: no_such_tokenizer_dir does not exist" in err
+
+
+def test_local_directory_fields_are_model_paths():
+    from datagen.config import LOCAL_DIRECTORY_FIELDS, MODEL_PATH_FIELDS
+
+    assert set(LOCAL_DIRECTORY_FIELDS) <= set(MODEL_PATH_FIELDS)
