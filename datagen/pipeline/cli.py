@@ -27,7 +27,7 @@ from datagen.pipeline.eval_irr import int_between
 from datagen.pipeline.eval_irr import run as run_eval
 from datagen.pipeline.runlock import LockOwner, run_lock
 from datagen.pipeline.shards import OutputConflict, OutputUnreadable
-from datagen.pipeline.storage import is_uri
+from datagen.pipeline.storage import StoreUnusable, is_uri
 
 # What a user can cause and fix: one line on stderr, exit code 2. Anything else is a bug and
 # keeps its traceback.
@@ -133,10 +133,13 @@ def _inspect(args: argparse.Namespace) -> int:
 def _out_errors(out: str | Path) -> Iterator[None]:
     """Turns an OSError about the output `out`, a path inside it or one of its parents into
     OutputUnusable: the user's to fix, said in one line. OSErrors elsewhere stay bugs. For an
-    object-store OUT every OSError is the store's (pyarrow.fs names no local file)."""
+    object-store OUT every OSError is the store's (pyarrow.fs names no local file), and so is
+    a URI pyarrow cannot open at all (StoreUnusable: an unknown scheme, no network)."""
     if is_uri(out):
         try:
             yield
+        except StoreUnusable as exc:  # its message names the URI
+            raise OutputUnusable(f"cannot use {str(exc).splitlines()[0][:400]}") from None
         except OSError as exc:
             raise OutputUnusable(f"cannot use {out}: {str(exc).splitlines()[0][:300]}"
                                  ) from None

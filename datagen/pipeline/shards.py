@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -43,7 +44,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from datagen.credentials import redact_credentials
-from datagen.pipeline.storage import TMP_DIR, LocalStorage, Storage, is_uri, join, open_storage
+from datagen.pipeline.storage import (MAX_MANIFEST_BYTES, MAX_RUN_RECORD_BYTES, TMP_DIR,
+                                      LocalStorage, Storage, is_uri, join, open_storage)
 from datagen.provenance import code_counts
 from datagen.rows import SCHEMA_VERSION
 
@@ -59,6 +61,12 @@ _DATAGEN_DIRS = (TMP_DIR, "_chunks")
 # The tables of a run whose _run.json does not list them (schema versions 1 and 2 did not).
 UNRECORDED_TABLES = ("trajectories", "negatives", "repairs", "preferences")
 _MANIFEST_KEYS = {"schema_version", "fingerprint", "complete", "chunks", "counts", "shards"}
+# The names the writer gives markers and shards: ASCII digits only (str.isdigit() also takes
+# "²", which int() refuses), so that a name is parsed exactly as `marker_file`/`shard_file`
+# spell it; anything else (chunk-1.json, part-².parquet) is not one, and verify lists it as
+# a stray file.
+_MARKER_NAME = re.compile(r"chunk-([0-9]+)\.json")
+_SHARD_NAME = re.compile(r"part-([0-9]+)\.parquet")
 
 
 class OutputConflict(RuntimeError):
@@ -190,7 +198,7 @@ def read_manifest(root: str | Path | Storage) -> dict[str, Any]:
     storage = as_storage(root)
     root, path = storage.location, storage.full("manifest.json")
     try:
-        manifest = orjson.loads(storage.read("manifest.json"))
+        manifest = orjson.loads(storage.read("manifest.json", MAX_MANIFEST_BYTES))
     except (FileNotFoundError, NotADirectoryError):
         if storage.kind() == "file":
             raise OutputUnreadable(f"{root} is a file, not a datagen output directory") from None
@@ -307,16 +315,43 @@ def _leftover(storage: Storage, name: str, is_dir: bool) -> bool:
     return name in _DATAGEN_DIRS and is_dir and not storage.entries(name)
 
 
-def foreign_marker(record: ChunkRecord, chunk: int, planned: int | None) -> str | None:
+def foreign_marker(record: ChunkRecord, chunk: int, planned: int | None,
+                   tables: Iterable[str] = ()) -> str | None:
     """Why the readable marker file of `chunk` does not describe that chunk of a run of
-    `planned` chunks (a marker copied or renamed by hand), or None."""
+    `planned` chunks writing `tables` (a marker copied, renamed or edited by hand), or None.
+    Every chunk writes a shard of each of the run's tables (an empty one too), so a marker
+    that lacks one lost it: trusted, its chunk would count as complete with that table's rows
+    missing, and `verify --repair` would delete the shard as a stray. (A table the run does
+    not write is no loss, and a store may know only some of the run's tables.) With no
+    `tables` (a store that does not know the run's stages) only the shards' names are checked:
+    each table's own shard of this chunk."""
     if planned is not None and chunk >= planned:
         return f"marker outside the run's plan of {planned:,} chunks"
     if record.chunk != chunk:
         return f"marker records chunk {record.chunk}"
-    strays = [info.file for info in record.shards.values() if not ShardStore.owns(chunk,
-                                                                                   info.file)]
-    return f"marker lists {strays[0]}, not a shard of chunk {chunk}" if strays else None
+    if missing := sorted(set(tables) - set(record.shards)):
+        return (f"marker names no shard of {', '.join(missing)} (it names "
+                f"{', '.join(sorted(record.shards)) or 'none'}): the run writes one per chunk")
+    strays = [info.file for table, info in record.shards.items()
+              if info.file != ShardStore.shard_file(table, chunk)]
+    return f"marker lists {strays[0]}, not its table's shard of chunk {chunk}" if strays else None
+
+
+def marker_chunk(name: str) -> int | None:
+    """The chunk whose marker the file `name` (in `_chunks/`) is, or None for any other name
+    (only the writer's spelling counts: chunk-1.json is not chunk-000001.json)."""
+    found = _MARKER_NAME.fullmatch(name)
+    chunk = int(found.group(1)) if found else None
+    return chunk if chunk is not None and name == f"chunk-{chunk:06d}.json" else None
+
+
+def shard_chunk(file: str) -> int | None:
+    """The chunk whose shard `file` (`<table>/part-NNNNNN.parquet`) is, or None for any other
+    name (the same rule as `marker_chunk`)."""
+    name = PurePosixPath(file).name
+    found = _SHARD_NAME.fullmatch(name)
+    chunk = int(found.group(1)) if found else None
+    return chunk if chunk is not None and name == f"part-{chunk:06d}.parquet" else None
 
 
 def parquet_bytes(table: pa.Table) -> bytes:
@@ -337,6 +372,10 @@ class ShardStore:
         self.storage = open_storage(root)
         self.root: Path | str = str(root).rstrip("/") if is_uri(root) else Path(root)
         self.tables = list(dict.fromkeys(tables))
+        # What every marker must name (`foreign_marker`): the tables as given (the run's
+        # stages'), not those `claim` adds from the previous run's record (a table no stage
+        # writes any more would make every new chunk look damaged). Empty: not checked.
+        self.chunk_tables = list(self.tables)
         self.tmp = self._where(TMP_DIR)
         self.markers = self._where("_chunks")
         self.kept: list[ChunkRecord] = []  # complete chunks `claim` checked and kept
@@ -404,7 +443,7 @@ class ShardStore:
         refused: datagen cannot tell which config (or whether datagen) wrote OUT."""
         run_file = self.storage.full(RUN_FILE)
         try:
-            data = self.storage.read(RUN_FILE)
+            data = self.storage.read(RUN_FILE, MAX_RUN_RECORD_BYTES)
         except FileNotFoundError:
             return None
         try:
@@ -468,7 +507,7 @@ class ShardStore:
             record = self.read_record(chunk)
         except (OSError, ValueError) as exc:
             return None, f"marker unreadable: {exc}"
-        if problem := foreign_marker(record, chunk, planned):
+        if problem := foreign_marker(record, chunk, planned, self.chunk_tables):
             return None, problem
         for info in record.shards.values():
             if problem := shard_problem(self.storage, info):
@@ -519,13 +558,11 @@ class ShardStore:
 
 
     def marked_chunks(self) -> list[int]:
-        chunks = []
-        for entry in self.storage.entries("_chunks"):
-            digits = entry.name.removeprefix("chunk-").removesuffix(".json")
-            if entry.name.startswith("chunk-") and entry.name.endswith(".json") and \
-                    digits.isdigit():
-                chunks.append(int(digits))
-        return sorted(chunks)
+        """Chunks with a marker under its canonical name (`marker_chunk`): a chunk is complete
+        only by the file `marker_file` names, the one `drop_chunk` deletes."""
+        found = (marker_chunk(entry.name) for entry in self.storage.entries("_chunks")
+                 if not entry.is_dir)
+        return sorted(chunk for chunk in found if chunk is not None)
 
     def records(self) -> list[ChunkRecord]:
         """Records of the complete chunks. An unreadable marker is skipped (its chunk counts

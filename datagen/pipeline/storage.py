@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -35,16 +36,31 @@ import pyarrow.parquet as pq
 from datagen.bounded_read import FileTooLarge, read_bounded
 
 TMP_DIR = "_tmp"  # LocalStorage's staging folder for atomic writes (shards.py clears it)
-# `read` serves OUT's records (manifest.json, _run.json, chunk markers), never shards. The
-# manifest is the largest, ~1.5 KB a chunk: ~1.5 GB at the 1,000,000-chunk maximum a config
-# allows. Anything larger, or not a regular file, is not a record datagen wrote.
-MAX_RECORD_BYTES = 2 << 30
+# `read` serves OUT's records (manifest.json, _run.json, chunk markers), never shards, each
+# kind with its own limit: anything larger, or not a regular file, is not a record datagen
+# wrote. One limit for all let a single damaged 200 MB marker take 2.9 GB to parse.
+# A chunk marker is ~1.5 KB (its shards and the stages' counts).
+MAX_MARKER_BYTES = 1 << 20
+# _run.json holds the config: at most 1 MiB of YAML and 100,000 values (config_files.py),
+# whose JSON dump stays far below this.
+MAX_RUN_RECORD_BYTES = 64 << 20
+# The manifest is the largest, ~1.5 KB a chunk: ~1.5 GB at the 1,000,000-chunk maximum a
+# config allows. Only manifest.json is read with this limit.
+MAX_MANIFEST_BYTES = 2 << 30
 _HASH_BLOCK = 1 << 20
+# A URI starts with a scheme (RFC 3986: a letter, then letters, digits, + . -) and "://";
+# a local path that merely holds "://" (/tmp/x/a://b) is a path.
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+class StoreUnusable(ValueError):
+    """An object-store URI pyarrow cannot open (an unknown scheme, a store it cannot reach to
+    resolve): the user's to fix. A ValueError, as callers have always caught it."""
 
 
 def is_uri(location: str | Path) -> bool:
     """Whether `location` names an object store (`s3://...`) rather than a filesystem path."""
-    return "://" in str(location)
+    return isinstance(location, str) and _URI.match(location) is not None
 
 
 def writable_file(path: str | Path) -> bool:
@@ -75,7 +91,9 @@ class Storage(Protocol):
 
     def kind(self) -> str: ...  # "missing" | "dir" | "file": what OUT itself is
 
-    def read(self, relative: str) -> bytes: ...  # at most MAX_RECORD_BYTES, else OSError
+    # at most `limit` bytes (by default a marker's: pass the manifest's or _run.json's),
+    # else OSError
+    def read(self, relative: str, limit: int = MAX_MARKER_BYTES) -> bytes: ...
 
     def write(self, relative: str, data: bytes) -> None: ...  # whole or not at all
 
@@ -108,9 +126,9 @@ class LocalStorage:
     def kind(self) -> str:
         return "dir" if self.root.is_dir() else "file" if self.root.exists() else "missing"
 
-    def read(self, relative: str) -> bytes:
+    def read(self, relative: str, limit: int = MAX_MARKER_BYTES) -> bytes:
         try:
-            return read_bounded(self.root / relative, MAX_RECORD_BYTES)
+            return read_bounded(self.root / relative, limit)
         except NotADirectoryError:
             raise FileNotFoundError(self.full(relative)) from None
 
@@ -175,12 +193,12 @@ class ArrowStorage:
             return "file"
         return "dir" if self.entries() else "missing"
 
-    def read(self, relative: str) -> bytes:
+    def read(self, relative: str, limit: int = MAX_MARKER_BYTES) -> bytes:
         with self.fs.open_input_stream(self._key(relative)) as stream:
-            data = stream.read(MAX_RECORD_BYTES + 1)
-        if len(data) > MAX_RECORD_BYTES:
-            raise FileTooLarge(f"{self.full(relative)} is over the {MAX_RECORD_BYTES:,} bytes "
-                               "a datagen record may have")
+            data = stream.read(limit + 1)
+        if len(data) > limit:
+            raise FileTooLarge(f"{self.full(relative)} is over the {limit:,} bytes such a "
+                               "datagen record may have")
         return data
 
     def write(self, relative: str, data: bytes) -> None:
@@ -259,8 +277,8 @@ def _filesystem(uri: str, endpoint: str | None, _generic: str | None
     try:
         fs, path = pafs.FileSystem.from_uri(uri)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-        raise ValueError(f"{uri}: not an object-store URI pyarrow can open "
-                         f"({str(exc).splitlines()[0][:200]})") from None
+        raise StoreUnusable(f"{uri}: not an object-store URI pyarrow can open "
+                            f"({str(exc).splitlines()[0][:200]})") from None
     return fs, path.rstrip("/")
 
 

@@ -7,6 +7,10 @@ no complete chunk records (a reader that globs `trajectories/*.parquet` would re
 that do not add up, and a run that is not complete. `--repair` drops the damaged chunks and the
 stray files, so that rerunning `datagen generate` with the same config regenerates them (a
 resume notices size and footer damage by itself, but not a changed byte: that takes the sha256).
+manifest.json itself is checked against the markers and `_run.json` (each shard listed once,
+under its own table; counts for every table; the fingerprint, schema version, config and
+planned chunks of the run that owns OUT): a reader trusts it, and rerunning `datagen generate`
+with the same config rewrites it from the markers.
 OUT may be an object-store URI (s3://): the same checks run through pyarrow.fs.
 """
 
@@ -15,15 +19,21 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from datagen.pipeline.runlock import LockOwner, lock_holder
-from datagen.pipeline.shards import (ShardInfo, ShardStore, foreign_marker, manifest_shards,
-                                     manifest_tables, read_manifest, shard_problem)
-from datagen.pipeline.storage import Storage, is_uri
+from datagen.pipeline.shards import (RUN_FILE, ShardInfo, ShardStore, foreign_marker,
+                                     manifest_shards, manifest_stages, manifest_tables,
+                                     marker_chunk, read_manifest, shard_chunk, shard_problem)
+from datagen.pipeline.storage import MAX_RUN_RECORD_BYTES, Storage, is_uri
+
+# How a problem with manifest.json alone (the shards are intact) is fixed.
+_REWRITE = "rerun `datagen generate` with the same config to rewrite manifest.json"
 
 
 @dataclass(frozen=True)
@@ -88,31 +98,69 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def _chunk_of(file: str) -> int | None:
-    digits = Path(file).stem.removeprefix("part-")
-    return int(digits) if digits.isdigit() else None
+def _read_run(storage: Storage) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """`_run.json`, the record of the run that owns OUT (None and a problem when it cannot
+    be read: `datagen generate` refuses such an OUT as not datagen's)."""
+    try:
+        run = orjson.loads(storage.read(RUN_FILE, MAX_RUN_RECORD_BYTES))
+    except FileNotFoundError:
+        return None, [Problem(RUN_FILE, "missing: which config wrote OUT is unknown", None)]
+    except (OSError, orjson.JSONDecodeError) as exc:
+        return None, [Problem(RUN_FILE, f"unreadable ({exc})", None)]
+    if not isinstance(run, dict):
+        return None, [Problem(RUN_FILE, "not a datagen run record", None)]
+    return run, []
 
 
-def _read_markers(store: ShardStore, planned: int) -> tuple[dict[str, tuple[int, ShardInfo]],
-                                                            list[Problem]]:
+def _run_tables(run: dict[str, Any] | None, manifest: dict) -> list[str]:
+    """The tables each chunk of the run writes: those `_run.json` records (its stages'), else
+    those the manifest's stages declare, else those it lists shards of ([]: not checked)."""
+    recorded = run.get("tables") if run is not None else None
+    if isinstance(recorded, list) and recorded and all(isinstance(t, str) for t in recorded):
+        return recorded
+    declared = [table for stage in manifest_stages(manifest) for table in stage["tables"]]
+    return declared or [table for table, items in manifest["shards"].items() if items]
+
+
+def _read_markers(store: ShardStore, planned: int, tables: list[str]
+                  ) -> tuple[dict[str, tuple[int, ShardInfo]], list[Problem]]:
     """Shard file -> (chunk, record) for every readable marker of its own chunk inside the
-    run's plan of `planned` chunks; problems for the others (`--repair` drops them, and
-    `drop_chunk` deletes only a chunk's own shards)."""
+    run's plan of `planned` chunks, naming each of the run's `tables`; problems for the
+    others (`--repair` drops them, and `drop_chunk` deletes only a chunk's own shards)."""
     recorded: dict[str, tuple[int, ShardInfo]] = {}
     problems = []
     for chunk in store.marked_chunks():
         try:
             record = store.read_record(chunk)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # also a marker over MAX_MARKER_BYTES
             problems.append(Problem(store.marker_file(chunk), f"marker unreadable: {exc}",
                                     chunk))
             continue
-        if foreign := foreign_marker(record, chunk, planned):
+        if foreign := foreign_marker(record, chunk, planned, tables):
             problems.append(Problem(store.marker_file(chunk), foreign, chunk))
             continue
         for info in record.shards.values():
             recorded[info.file] = (chunk, info)
     return recorded, problems
+
+
+def _listed(manifest: dict) -> tuple[dict[str, ShardInfo], list[Problem]]:
+    """Shard file -> record, for every shard manifest.json lists, walked per table key: a
+    reader takes `shards[table]` as that table's files, so a file listed twice (its rows read
+    twice) or under another table's key is wrong even when every record matches its file."""
+    listed: dict[str, ShardInfo] = {}
+    problems = []
+    for table, infos in manifest_shards(manifest).items():
+        for info in infos:
+            folder = info.file.split("/")[0]
+            if info.file in listed:
+                problems.append(Problem(info.file, f"listed twice in manifest.json (readers "
+                                        f"would read its rows twice); {_REWRITE}", None))
+            elif folder != table:
+                problems.append(Problem(info.file, f"listed under {table!r} in manifest.json, "
+                                        f"but it is a shard of {folder!r}; {_REWRITE}", None))
+            listed.setdefault(info.file, info)
+    return listed, problems
 
 
 def _check_shards(root: Storage, listed: dict[str, ShardInfo],
@@ -122,7 +170,7 @@ def _check_shards(root: Storage, listed: dict[str, ShardInfo],
     complete chunk the manifest does not list yet is the run's progress, not damage."""
     problems = []
     for file in sorted(listed.keys() | recorded.keys()):
-        chunk, marker_info = recorded.get(file, (_chunk_of(file), None))
+        chunk, marker_info = recorded.get(file, (shard_chunk(file), None))
         info = listed.get(file) or marker_info
         if marker_info is None:
             problems.append(Problem(file, "listed in manifest.json, but no chunk marker records "
@@ -152,7 +200,7 @@ def _duplicate_ids(storage: Storage, listed: dict[str, ShardInfo],
             first, last = files[first], files[last]
             where = "twice" if first == last else f"also in {first}"
             problems.append(Problem(last, f"{count:,} id(s) {where} (e.g. {example}); joins "
-                                    "by id would take either row", _chunk_of(last)))
+                                    "by id would take either row", shard_chunk(last)))
     return problems
 
 
@@ -188,12 +236,22 @@ def _schema_problems(storage: Storage, listed: dict[str, ShardInfo],
     schemas: dict[str, dict[str, pa.Schema]] = {}
     for file in (file for file in listed if file not in damaged):
         schemas.setdefault(file.split("/")[0], {})[file] = storage.parquet_file(file).schema_arrow
-    return [Problem(file, problem, _chunk_of(file)) for table, found in schemas.items()
+    return [Problem(file, problem, shard_chunk(file)) for table, found in schemas.items()
             for file, problem in schema_problems(table, found).items()]
 
 
+def _marker_strays(storage: Storage) -> list[Problem]:
+    """Files in `_chunks/` named like a marker but not as the writer names one (chunk-1.json,
+    chunk-\u00b2.json): no run reads them as a chunk's marker, so `--repair` deletes them."""
+    names = sorted(e.name for e in storage.entries("_chunks") if not e.is_dir and
+                   e.name.startswith("chunk-") and e.name.endswith(".json"))
+    return [Problem(f"_chunks/{name}", "not a chunk marker's name (the writer's is "
+                    "chunk-NNNNNN.json); no run reads it", None, stray=True)
+            for name in names if marker_chunk(name) is None]
+
+
 def _strays(storage: Storage, known: set[str], tables: list[str]) -> list[Problem]:
-    problems = []
+    problems = _marker_strays(storage)
     for table in tables:
         names = sorted(e.name for e in storage.entries(table) if not e.is_dir and
                        e.name.startswith("part-") and e.name.endswith(".parquet"))
@@ -201,17 +259,74 @@ def _strays(storage: Storage, known: set[str], tables: list[str]) -> list[Proble
             if file not in known:
                 problems.append(Problem(file, "no complete chunk records it (left by an "
                                         "unfinished chunk?); readers that glob the folder "
-                                        "would read it", _chunk_of(file), stray=True))
+                                        "would read it", shard_chunk(file), stray=True))
     return problems
 
 
-def _count_problems(manifest: dict, listed: dict[str, ShardInfo]) -> list[Problem]:
-    problems = []
-    for table, count in manifest["counts"].items():
-        rows = sum(info.rows for file, info in listed.items() if file.startswith(f"{table}/"))
+def _count_problems(manifest: dict) -> list[Problem]:
+    """`counts` against the rows the shards listed under each table key hold; every table
+    with shards has a count (a reader sizes and reports a table by it)."""
+    shards = manifest_shards(manifest)
+    counts = manifest["counts"]
+    problems = [Problem("manifest.json", f"counts has no {table!r}; {_REWRITE}", None)
+                for table in shards if table not in counts]
+    for table, count in counts.items():
+        rows = sum(info.rows for info in shards.get(table, []))
         if rows != count:
             problems.append(Problem("manifest.json", f"counts {table}: {count:,} rows, its "
-                                    f"shards hold {rows:,}", None))
+                                    f"shards hold {rows:,}; {_REWRITE}", None))
+    return problems
+
+
+def _planned_chunks(config: Any) -> int | None:
+    """The number of chunks `datagen generate` plans for a recorded config (None when the
+    record has no plan to check, as a test's bare store)."""
+    from datagen.pipeline.chunk import ChunkPlan  # what plan_chunks builds from a config
+
+    try:
+        return len(ChunkPlan(config["num_trajectories"], config["chunk_size"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _header_problems(manifest: dict, run: dict[str, Any], listed: dict[str, ShardInfo]
+                     ) -> list[Problem]:
+    """manifest.json's header against `_run.json` and its own shard list: the run that owns
+    OUT wrote both, so an edited fingerprint, schema version, config, stage list or chunk
+    count shows (a reader trusts the header: `complete`, the config on the dataset card)."""
+    found = _run_record_problems(manifest, run) + _chunk_count_problems(manifest, run, listed)
+    return [Problem("manifest.json", f"{what}; {_REWRITE}", None) for what in found]
+
+
+def _run_record_problems(manifest: dict, run: dict[str, Any]) -> list[str]:
+    problems = [f"{key} is {manifest.get(key)!r}, _run.json's {run.get(key)!r}"
+                for key in ("fingerprint", "schema_version") if manifest.get(key) != run.get(key)]
+    if "config" in manifest and manifest["config"] != run.get("config"):
+        problems.append("config differs from the one in _run.json")
+    # a manifest written before stages were recorded has no "stages": nothing to compare
+    declared = {table for stage in manifest_stages(manifest) for table in stage["tables"]}
+    tables = run.get("tables")
+    if "stages" in manifest and tables and isinstance(tables, list) and declared != set(tables):
+        problems.append(f"its stages declare the tables {', '.join(sorted(declared)) or '(none)'}"
+                        f"; _run.json's run writes {', '.join(sorted(map(str, tables)))}")
+    return problems
+
+
+def _chunk_count_problems(manifest: dict, run: dict[str, Any],
+                          listed: dict[str, ShardInfo]) -> list[str]:
+    chunks, problems = manifest["chunks"], []
+    planned = _planned_chunks(run.get("config"))
+    if planned is not None and chunks["total"] != planned:
+        problems.append(f"chunks.total is {chunks['total']:,}; _run.json's config plans "
+                        f"{planned:,}")
+    # every complete chunk writes a shard of each table, so the listed shards name them all
+    listed_chunks = {chunk for chunk in map(shard_chunk, listed) if chunk is not None}
+    if listed and chunks["complete"] != len(listed_chunks):
+        problems.append(f"chunks.complete is {chunks['complete']:,}; its shards are of "
+                        f"{len(listed_chunks):,} chunk(s)")
+    if manifest["complete"] != (chunks["complete"] == chunks["total"]):
+        problems.append(f"complete is {manifest['complete']}, with {chunks['complete']:,} of "
+                        f"{chunks['total']:,} chunks")
     return problems
 
 
@@ -222,19 +337,25 @@ def verify_output(out: str | Path, checksum: bool = True) -> VerifyReport:
     store = ShardStore(root)
     running = lock_holder(root)  # a run writing OUT now: its progress is not damage
     manifest = read_manifest(store.storage)
-    listed = {info.file: info for infos in manifest_shards(manifest).values() for info in infos}
+    run, problems = _read_run(store.storage)
+    listed, listing_problems = _listed(manifest)
+    problems += listing_problems
+    if run is not None and running is None:  # a run writing OUT may not have updated it yet
+        problems += _header_problems(manifest, run, listed)
     chunks = manifest["chunks"]
-    recorded, problems = _read_markers(store, chunks["total"])
+    run_tables = _run_tables(run, manifest)
+    recorded, marker_problems = _read_markers(store, chunks["total"], run_tables)
+    problems += marker_problems
     problems += _check_shards(store.storage, listed, recorded, checksum, running is not None)
     problems += _schema_problems(store.storage, listed, {p.file for p in problems})
     if checksum:  # every shard is read anyway
         problems += _duplicate_ids(store.storage, listed, {p.file for p in problems})
-    tables = manifest_tables(manifest)
+    tables = list(dict.fromkeys([*manifest_tables(manifest), *run_tables]))
     strays = _strays(store.storage, listed.keys() | recorded.keys(), tables)
     newer = {recorded[f][0] for f in recorded.keys() - listed.keys()} if running else set()
     if not running:  # with a run writing, an unmarked shard is a chunk it has not finished
         problems += strays
-    problems += _count_problems(manifest, listed)
+    problems += _count_problems(manifest)
     return VerifyReport(root=root, fingerprint=str(manifest.get("fingerprint")),
                         shards=len(listed.keys() | recorded.keys()),
                         chunks=(chunks["complete"] + len(newer), chunks["total"]),

@@ -222,3 +222,24 @@ def test_eval_bounds_its_numbers(capsys, flag, value, why):
         main(["eval", "irr", flag, value])
     err = capsys.readouterr().err
     assert exited.value.code == 2 and why in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("out", ["foo://bar/x", "http://127.0.0.1:9/x"])
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_verify_and_inspect_of_a_uri_pyarrow_cannot_open(capsys, command, out):
+    # a ValueError traceback; generate said it in one line already
+    _fails_clearly(capsys, [command, out], f"cannot use {out}: not an object-store URI")
+
+
+def test_a_local_path_holding_scheme_like_text_is_a_path(tmp_path, capsys):
+    # "://" anywhere made a path a URI: /tmp/x/a://b went to pyarrow, not the filesystem
+    from datagen.pipeline.storage import is_uri
+
+    assert is_uri("s3://bucket/out") and is_uri("file:///tmp/out") and is_uri("s3a+x.y-z://b")
+    assert not any(map(is_uri, [f"{tmp_path}/a://b", "a b://c", "1s3://b", "://b",
+                                tmp_path / "out"]))
+    store = ShardStore(tmp_path / "a:" / "b")  # the directory a://b names
+    store.claim("fp", {}, overwrite=False)
+    store.write_manifest("fp", {}, 1, [])
+    assert main(["verify", f"{tmp_path}/a://b"]) == 1  # intact, nothing generated yet
+    assert "result: intact but INCOMPLETE" in capsys.readouterr().out

@@ -242,3 +242,55 @@ def test_a_recorded_path_outside_out_is_a_problem_not_a_read(tmp_path):
                         sha256=info.sha256)
     assert "outside the output directory" in shard_problem(store.root, outside)
     assert shard_problem(store.root, info, checksum=True) is None
+
+
+def _two_table_out(tmp_path, chunks: int = 3) -> ShardStore:
+    """An OUT of a run whose stages write two tables (the store knows both, as the driver's)."""
+    store = ShardStore(tmp_path / "out", ["trajectories", "negatives"])
+    store.claim("fp", {}, overwrite=False)
+    for chunk in range(chunks):
+        store.write_chunk(chunk, {"trajectories": _table(50), "negatives": _table(7)}, {})
+    return store
+
+
+@pytest.mark.parametrize("edit", [
+    lambda r: r["shards"].pop("trajectories"),  # a hand edit / partial rewrite
+    lambda r: r.update(shards={}),
+    # each shard under the other table's key: every record still matches a file
+    lambda r: r.update(shards={"trajectories": r["shards"]["negatives"],
+                               "negatives": r["shards"]["trajectories"]}),
+])
+def test_resume_drops_a_marker_that_does_not_name_each_tables_own_shard(tmp_path, edit):
+    # kept, the chunk counted as complete with a table's rows missing, and `verify --repair`
+    # then deleted that table's shard as a stray: the rows were gone for good
+    store = _two_table_out(tmp_path)
+    _edit_marker(store.marker_path(1), edit)
+    dropped = store.claim("fp", {}, overwrite=False, planned=3)
+    assert [d.chunk for d in dropped] == [1], dropped
+    assert store.complete_chunks() == {0, 2}
+    assert not store.shard_path("trajectories", 1).exists()  # the chunk is generated again
+
+
+def test_only_the_writers_marker_names_make_a_chunk_complete(tmp_path):
+    # chunk-1.json used to count as chunk 1, which drop_chunk (deleting chunk-000001.json)
+    # could never drop: the chunk was never regenerated; chunk-².json was a traceback
+    store = _two_table_out(tmp_path)
+    marker = store.marker_path(1)
+    marker.rename(marker.with_name("chunk-1.json"))
+    for name in ("chunk-\u00b2.json", "chunk-\u0661.json", "chunk-0000002.json", "chunk-+2.json"):
+        (marker.parent / name).write_bytes(store.marker_path(2).read_bytes())
+    assert store.marked_chunks() == [0, 2]
+    assert store.claim("fp", {}, overwrite=False, planned=3) == []
+    assert store.complete_chunks() == {0, 2}  # the run regenerates chunk 1
+
+
+def test_an_oversized_marker_is_a_damaged_chunk_not_a_read(tmp_path):
+    # one limit (2 GiB) for every record let one 200 MB marker take 2.9 GB to parse
+    from datagen.pipeline.storage import MAX_MARKER_BYTES
+
+    store = _two_table_out(tmp_path)
+    marker = store.marker_path(1)
+    marker.write_bytes(marker.read_bytes() + b" " * MAX_MARKER_BYTES)  # still valid JSON
+    assert [r.chunk for r in store.records()] == [0, 2]
+    dropped = store.claim("fp", {}, overwrite=False, planned=3)
+    assert [d.chunk for d in dropped] == [1] and "over the 1,048,576" in dropped[0].reason

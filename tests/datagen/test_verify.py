@@ -193,3 +193,143 @@ def test_repeated_ids_pairs_the_first_and_last_part_of_each_repeated_id():
     assert sorted(found) == [(0, 0, 1, "b"), (0, 2, 2, "a"), (1, 3, 1, "y")]
     # an id in three parts counts once, for its first and last part
     assert repeated_ids(parts([["k"]], [["k"]], [["k", "m"]])) == [(0, 2, 1, "k")]
+
+
+# manifest.json's shard lists, walked per table key ---------------------------------------------
+
+def _problems(store: ShardStore) -> list[str]:
+    return [f"{p.file}: {p.what}" for p in verify_output(store.root).problems]
+
+
+def test_shards_listed_under_the_wrong_table_or_twice_are_problems(tmp_path, capsys):
+    # every record still matches its file, so this used to pass; a reader taking
+    # shards["trajectories"] read a negatives shard, or one shard's rows twice
+    store = _out(tmp_path)
+    manifest = store.root / "manifest.json"
+    intact = manifest.read_bytes()
+
+    def swap(m):
+        shards = m["shards"]
+        shards["trajectories"][2], shards["negatives"][2] = (shards["negatives"][2],
+                                                             shards["trajectories"][2])
+    _edit_json(manifest, swap)
+    found = _problems(store)
+    assert ("trajectories/part-000002.parquet: listed under 'negatives' in manifest.json, but "
+            "it is a shard of 'trajectories'") in "\n".join(found)
+    assert any(p.startswith("manifest.json: counts trajectories: 300 rows, its shards hold 230")
+               for p in found)
+    manifest.write_bytes(intact)
+    _edit_json(manifest, lambda m: m["shards"]["trajectories"].append(
+        m["shards"]["trajectories"][1]))
+    rc, out = _verify(capsys, str(store.root))
+    assert rc == 1
+    assert "DAMAGED trajectories/part-000001.parquet: listed twice in manifest.json" in out
+    assert "counts trajectories: 300 rows, its shards hold 400" in out
+    store.write_manifest("fp", {}, 3, store.records())  # what a rerun of generate writes
+    assert _verify(capsys, str(store.root))[0] == 0
+
+
+# chunk markers --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("edit", [lambda r: r["shards"].pop("trajectories"),
+                                  lambda r: r.update(shards={})])
+def test_a_marker_lacking_a_table_is_a_damaged_chunk_that_repair_hands_back(tmp_path, capsys,
+                                                                            edit):
+    # it used to pass, and --repair then deleted trajectories/part-000001 as a stray while
+    # the chunk stayed complete: its rows were lost for good
+    store = _out(tmp_path)
+    _edit_json(store.marker_path(1), edit)
+    rc, out = _verify(capsys, str(store.root))
+    assert rc == 1 and "DAMAGED _chunks/chunk-000001.json: marker names no shard of " in out
+    assert "1 damaged chunk(s)" in out and "STRAY" not in out
+    _verify(capsys, str(store.root), "--repair")
+    assert store.complete_chunks() == {0, 2}  # generate regenerates chunk 1 whole
+
+
+def test_marker_and_shard_names_not_the_writers_are_strays(tmp_path, capsys):
+    # chunk-1.json counted as chunk 1 but was never regenerated; "²" passed str.isdigit() and
+    # failed int(): a traceback
+    store = _out(tmp_path)
+    marker = store.marker_path(1)
+    marker.rename(marker.with_name("chunk-1.json"))
+    (marker.parent / "chunk-\u00b2.json").write_text("{}")
+    (store.root / "trajectories" / "part-\u00b2.parquet").write_text("x")
+    rc, out = _verify(capsys, str(store.root))
+    assert rc == 1 and "STRAY _chunks/chunk-1.json: not a chunk marker's name" in out
+    assert "STRAY _chunks/chunk-\u00b2.json" in out
+    assert "STRAY trajectories/part-\u00b2.parquet" in out
+    assert "DAMAGED trajectories/part-000001.parquet: listed in manifest.json, but no" in out
+    _verify(capsys, str(store.root), "--repair")
+    assert sorted(p.name for p in marker.parent.iterdir()) == ["chunk-000000.json",
+                                                               "chunk-000002.json"]
+    assert not (store.root / "trajectories" / "part-\u00b2.parquet").exists()
+
+
+def test_an_oversized_marker_is_damage_and_a_large_manifest_is_not(tmp_path, capsys):
+    from datagen.pipeline.storage import MAX_MARKER_BYTES
+
+    store = _out(tmp_path)
+    marker = store.marker_path(1)
+    marker.write_bytes(marker.read_bytes() + b" " * MAX_MARKER_BYTES)
+    rc, out = _verify(capsys, str(store.root))
+    assert rc == 1 and "DAMAGED _chunks/chunk-000001.json: marker unreadable" in out
+    assert "over the 1,048,576" in out
+    store.drop_chunk(1)
+    store.write_manifest("fp", {}, 3, store.records())
+    manifest = store.root / "manifest.json"  # ~1.5 KB a chunk: a large run's is far larger
+    manifest.write_bytes(manifest.read_bytes() + b" " * 2 * MAX_MARKER_BYTES)
+    rc, out = _verify(capsys, str(store.root))
+    assert rc == 1 and "2/3 chunks" in out and "DAMAGED" not in out
+
+
+# manifest.json's header against _run.json -----------------------------------------------------
+
+_CONFIG = {"num_trajectories": 300, "chunk_size": 100}
+
+
+def _planned_out(tmp_path: Path) -> ShardStore:
+    """An OUT whose _run.json records a config generate plans 3 chunks of."""
+    store = ShardStore(tmp_path / "out")
+    store.claim("fp", _CONFIG, overwrite=False)
+    for chunk in range(3):
+        ids = [f"{chunk}-{i}" for i in range(100)]
+        store.write_chunk(chunk, {"trajectories": pa.table({"id": ids})}, {})
+    store.write_manifest("fp", _CONFIG, 3, store.records())
+    return store
+
+
+def _drop_last_chunk(m: dict) -> None:
+    """A chunk's shards taken out and the header made to agree: a 2-chunk run, it claims."""
+    gone = m["shards"]["trajectories"].pop()
+    m["counts"]["trajectories"] -= gone["rows"]
+    m["chunks"] = {"total": 2, "complete": 2}
+
+
+@pytest.mark.parametrize("edit, named", [
+    (_drop_last_chunk, "chunks.total is 2; _run.json's config plans 3"),
+    (lambda m: m.update(fingerprint="0" * 16),
+     "fingerprint is '0000000000000000', _run.json's 'fp'"),
+    (lambda m: m.update(schema_version=1), "schema_version is 1, _run.json's"),
+    (lambda m: m["config"].update(num_trajectories=400_000), "config differs"),
+    (lambda m: m["counts"].pop("trajectories"), "counts has no 'trajectories'"),
+    (lambda m: m["chunks"].update(complete=2), "chunks.complete is 2; its shards are of 3"),
+    (lambda m: m.update(complete=False), "complete is False, with 3 of 3 chunks"),
+])
+def test_a_manifest_header_that_departs_from_the_run_is_a_problem(tmp_path, capsys, edit,
+                                                                   named):
+    # each passed as "intact and complete": verify never read the header
+    store = _planned_out(tmp_path)
+    assert _verify(capsys, str(store.root))[0] == 0
+    _edit_json(store.root / "manifest.json", edit)
+    if edit is _drop_last_chunk:
+        store.drop_chunk(2)
+    rc, out = _verify(capsys, str(store.root))
+    assert rc == 1 and f"DAMAGED manifest.json: {named}" in out, out
+    assert "rewrite manifest.json" in out
+
+
+def test_an_out_without_its_run_record_is_a_problem(tmp_path, capsys):
+    store = _out(tmp_path)
+    (store.root / "_run.json").unlink()
+    rc, out = _verify(capsys, str(store.root))
+    assert rc == 1 and "DAMAGED _run.json: missing" in out
