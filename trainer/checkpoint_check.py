@@ -94,10 +94,8 @@ def _stored_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
     """Tensor name -> shape from the safetensors headers (no tensor is read)."""
     from safetensors import SafetensorError, safe_open
 
-    index = directory / INDEX_FILE
-    if index.exists():
-        weight_map = json.loads(read_bounded(index, 64 << 20)).get("weight_map", {})
-        files = sorted({directory / name for name in weight_map.values()})
+    if (directory / INDEX_FILE).exists():
+        files = sorted({directory / name for name in _weight_map(directory).values()})
     elif (directory / "model.safetensors").exists():
         files = [directory / "model.safetensors"]
     elif (directory / "pytorch_model.bin").exists():
@@ -108,6 +106,7 @@ def _stored_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
     for file in files:
         if file.parent != directory:
             raise ValueError(f"{INDEX_FILE} names a file outside the checkpoint: {file.name}")
+        _regular(file)
         try:
             with safe_open(str(file), framework="pt") as weights:
                 for name in weights.keys():
@@ -115,6 +114,29 @@ def _stored_shapes(directory: Path) -> dict[str, tuple[int, ...]]:
         except SafetensorError as exc:
             raise ValueError(f"{file.name}: {exc}") from None
     return shapes
+
+
+def _weight_map(directory: Path) -> dict[str, str]:
+    """The index's tensor name -> file name; ValueError saying how the file is bent."""
+    index = json.loads(read_bounded(directory / INDEX_FILE, 64 << 20))
+    weight_map = index.get("weight_map", {}) if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        found = type(index if not isinstance(index, dict) else weight_map).__name__
+        raise ValueError(f"{INDEX_FILE}: an object with a \"weight_map\" object was "
+                         f"expected, found {found}")
+    if bad := next((k for k, v in weight_map.items() if not (isinstance(v, str) and v)), None):
+        raise ValueError(f"{INDEX_FILE}: weight_map[{bad[:100]!r}] is not a file name")
+    return weight_map
+
+
+def _regular(file: Path) -> None:
+    """OSError unless `file` is a regular file: safe_open blocks on a FIFO, and maps a
+    device or reads a directory's error as a weights format error."""
+    import os
+    import stat
+
+    if not stat.S_ISREG(os.stat(file).st_mode):  # FileNotFoundError as opening raises it
+        raise OSError(f"{file.name} is not a regular file (a directory, device, FIFO or socket)")
 
 
 def non_finite_weight(model, directory: str | Path) -> str | None:
@@ -145,9 +167,8 @@ def non_finite_weight(model, directory: str | Path) -> str | None:
 def _weights_file(directory: Path, name: str) -> Path:
     """The file of `directory` that stores tensor `name` (the directory when none names it:
     a tied or copied weight)."""
-    index = directory / INDEX_FILE
-    if index.exists():
-        weight_map = json.loads(read_bounded(index, 64 << 20)).get("weight_map", {})
+    if (directory / INDEX_FILE).exists():
+        weight_map = _weight_map(directory)
         return directory / weight_map[name] if name in weight_map else directory
     for single in ("model.safetensors", "pytorch_model.bin"):
         if (directory / single).exists():

@@ -492,6 +492,16 @@ class TrainConfig(StrictModel):
         """A DPO run with a trajectory anchor (it reads the data and loss sections too)."""
         return self.recipe == "dpo" and self.dpo.anchor_weight > 0
 
+    @field_validator("shards")
+    @classmethod
+    def _no_credentials(cls, shards: str | None) -> str | None:
+        from trainer.shard_files import has_credentials  # pyarrow: only when validated
+
+        if shards is not None and has_credentials(shards):  # training.json would record it
+            raise ValueError("a URI with credentials (user:secret@) is refused: give them "
+                             "through the AWS environment (AWS_ACCESS_KEY_ID, ...)")
+        return shards
+
     @model_validator(mode="after")
     def _recipe_sections(self) -> "TrainConfig":
         # A section of another recipe that differs from its defaults would be ignored

@@ -57,8 +57,40 @@ def holds(sized: dict[str, int] | None, identity: dict[str, Any]) -> bool:
     intervals = parse_ranges(identity.get("chunks"))
     if sized is None or intervals is None:
         return False
+    return _fingerprint(sized, intervals) == (identity.get("files"), identity.get("digest"))
+
+
+class Holdings:
+    """Which of some OUTs (their `shard_sizes`, in order) hold each of many identities. Each
+    OUT's listing is cut to a chunk range and digested once per distinct range: a loop run
+    records an OUT per round, each checked against every OUT, and `holds` per pair re-parsed
+    and re-hashed for each (1,000 OUTs: ~10^6 digests)."""
+
+    def __init__(self, sizes: dict[str, dict[str, int] | None]) -> None:
+        self.sizes = sizes
+        self._by_range: dict[str, dict[tuple[int, str], list[str]]] = {}
+
+    def holders(self, identity: dict[str, Any]) -> list[str]:
+        """The OUTs that hold `identity`, in the order given."""
+        chunks = identity.get("chunks")
+        if not isinstance(chunks, str):
+            return []
+        if chunks not in self._by_range:
+            self._by_range[chunks] = self._index(parse_ranges(chunks))
+        return self._by_range[chunks].get((identity.get("files"), identity.get("digest")), [])
+
+    def _index(self, intervals: list[tuple[int, int]] | None) -> dict[tuple[int, str], list[str]]:
+        index: dict[tuple[int, str], list[str]] = {}
+        for out, sized in self.sizes.items():
+            if sized is not None and intervals is not None:
+                index.setdefault(_fingerprint(sized, intervals), []).append(out)
+        return index
+
+
+def _fingerprint(sized: dict[str, int], intervals: list[tuple[int, int]]) -> tuple[int, str]:
+    """Files and digest of the shards of `sized` within the chunk ranges."""
     kept = {key: size for key, size in sized.items() if _within(_chunk(key), intervals)}
-    return len(kept) == identity.get("files") and _digest(kept) == identity.get("digest")
+    return len(kept), _digest(kept)
 
 
 def valid_identity(value: Any) -> bool:

@@ -44,7 +44,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from trainer.config import MAX_NEW_TOKENS, MAX_TURNS, Seed, StrictModel
 
@@ -120,6 +120,16 @@ class EvalConfig(StrictModel):
     episodes_out: str | None = Field(None, description="also write the episodes here (Parquet: "
                                      "the trajectories table's columns plus expected_answer and "
                                      "gold_calls; trainer.episode_rows)")
+
+    @field_validator("shards")
+    @classmethod
+    def _readable_shards(cls, shards: tuple[str, ...]) -> tuple[str, ...]:
+        from trainer.shard_files import location_problem, shown, without_credentials
+
+        for out in shards:  # before any request: gs:// retries for minutes, a key is echoed
+            if problem := location_problem(out):
+                raise ValueError(f"--shards {shown(without_credentials(out))}: {problem}")
+        return shards
 
     def generation(self) -> "GenerationConfig":
         from trainer.generation import GenerationConfig
@@ -378,7 +388,8 @@ def training_shards(given: tuple[str, ...], checkpoint: str
     elif recorded is None:
         return (), {"shards_from": None, "recorded_in_checkpoint": None}
     else:
-        shards = tuple(s for s in recorded if _has_shards(s))
+        unreachable: set[str] = set()
+        shards = tuple(s for s in recorded if _has_shards(s, unreachable))
         if missing := [s for s in recorded if s not in shards]:
             provenance["recorded_not_found"] = missing
             notes.append(f"{len(missing)} of the {len(recorded)} training OUT(s) the checkpoint "
@@ -405,26 +416,37 @@ def _holders(data: dict[str, dict], shards: tuple[str, ...]
              ) -> tuple[dict[str, str], list[str]]:
     """For each recorded OUT, the OUT of `shards` that holds its identity (itself first), and
     those none holds. Each OUT is listed once."""
-    from trainer.data_identity import holds, shard_sizes
+    from trainer.data_identity import Holdings, shard_sizes
 
-    sizes = {out: shard_sizes(out) for out in shards}
+    holdings = Holdings({out: shard_sizes(out) for out in shards})
     held_by, not_held = {}, []
     for recorded, identity in data.items():
-        candidates = [recorded] * (recorded in sizes) + list(shards)
-        holder = next((out for out in candidates if holds(sizes[out], identity)), None)
-        if holder is None:
+        holders = holdings.holders(identity)  # in the order of `shards`
+        if not holders:
             not_held.append(recorded)
         else:
-            held_by[recorded] = holder
+            held_by[recorded] = recorded if recorded in holders else holders[0]
     return held_by, not_held
 
 
-def _has_shards(out: str) -> bool:
+def _has_shards(out: str, unreachable: set[str]) -> bool:
+    """Whether a recorded OUT has shards here. A scheme not read here is not probed, nor is
+    another OUT of a store `unreachable` holds (each failed request costs seconds: a loop
+    run records an OUT per round)."""
     from trainer.heldout import shard_files
+    from trainer.shard_files import location_problem
 
+    scheme, uri, rest = out.partition("://")
+    store = f"{scheme}://{rest.split('/', 1)[0]}" if uri else None  # s3://bucket
+    if location_problem(out) or store in unreachable:
+        return False
     try:
         return bool(shard_files(out))
-    except OSError:  # gone, emptied (FileNotFoundError), or a store this process cannot reach
+    except FileNotFoundError:  # gone or emptied
+        return False
+    except (OSError, ValueError):  # a store this process cannot reach; a path it cannot name
+        if store is not None:
+            unreachable.add(store)
         return False
 
 
@@ -445,7 +467,8 @@ def _evaluate(config: EvalConfig) -> dict[str, Any]:
     shards, provenance = training_shards(config.shards, checkpoint)
     chosen = heldout_tasks(config.envs, config.num_tasks, config.eval_seed, shards)
     tasks = chosen.describe()
-    tasks["leak_check"].update(provenance)
+    notes = [n for n in (tasks["leak_check"].get("note"), provenance.pop("note", None)) if n]
+    tasks["leak_check"].update(provenance, **({"note": "; ".join(notes)} if notes else {}))
     report: dict[str, Any] = {"checkpoint": checkpoint, "tasks": tasks,
                               "config": config.model_dump(mode="json")}
     seconds = {"tasks": time.perf_counter() - started}

@@ -70,7 +70,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         report = evaluate(config_from_args(args))
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: "
+                             f"{e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
         print(f"trainer eval: invalid settings: {problems}", file=sys.stderr)
         return 2
     except (LeakError, OSError, KeyError, ValueError) as exc:  # OSError: no checkpoint, or

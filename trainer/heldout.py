@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 HELDOUT_TAG = "heldout"
 TABLES = ("trajectories", "repairs")  # repairs re-use training tasks; both are read
 MAX_DRAWS_PER_TASK = 8  # bounds the search when many candidates collide or fail to generate
+TASK_COLUMNS = ("task_id", "task_seed", "env", "task")  # what the two rules compare
 
 
 class LeakError(ValueError):
@@ -55,17 +56,21 @@ def shard_files(root: str | Path) -> list[str]:
     """The trajectory and repair shards of an OUT root (or of one table directory), a
     directory or an object-store URI (`s3://bucket/prefix`); shards of unfinished chunks too
     (a leak check reads everything a training run could have read)."""
-    from trainer.shard_files import is_uri, join, part_names
+    from trainer.shard_files import (is_uri, join, location_problem, part_names, shown,
+                                     without_credentials)
 
+    if problem := location_problem(root):  # never probed: gs:// retries for minutes
+        raise ValueError(f"--shards {shown(without_credentials(str(root)))}: {problem}")
     if not is_uri(root) and not Path(root).exists():
-        raise FileNotFoundError(f"--shards {root}: no such directory")
+        raise FileNotFoundError(f"--shards {shown(root)}: no such directory")
 
     def parts(folder: str) -> list[str]:
         return [join(folder, name) for name in part_names(folder)]
 
     files = [f for table in TABLES for f in parts(join(root, table))] or parts(str(root))
     if not files:
-        raise FileNotFoundError(f"--shards {root}: no trajectories/part-*.parquet under it")
+        raise FileNotFoundError(f"--shards {shown(root)}: no trajectories/part-*.parquet "
+                                "under it")
     return files
 
 
@@ -78,15 +83,58 @@ class Overlap:
     instructions: set[tuple[str, str]] = field(default_factory=set)  # (env, instruction)
     rows: int = 0
     files: int = 0
+    files_missing_columns: int = 0  # shards lacking a column a rule needs: not fully checked
+    missing_example: str = ""
 
 
-def _batches(files: Sequence[str]) -> Iterator[Any]:
-    from trainer.shard_files import open_parquet
+class ShardError(ValueError):
+    """A training shard the leak check cannot read; the message names --shards and the file."""
 
-    for path in files:
+
+def _batches(root: str | Path, path: str, overlap: Overlap) -> Iterator[Any]:
+    """The task columns of one shard, typed as the rules compare them (ShardError when it
+    cannot be read or a column holds something else); a shard lacking one is counted."""
+    import pyarrow as pa
+
+    from trainer.shard_files import open_parquet, shown
+
+    inside = path.removeprefix(str(root).rstrip("/") + "/")
+    where = f"--shards {shown(root)}: {shown(inside)}"
+    try:
         handle = open_parquet(path)
-        columns = [c for c in ("task_id", "task_seed", "env", "task") if c in handle.schema.names]
-        yield from handle.iter_batches(columns=columns, batch_size=65_536)
+        columns = [c for c in TASK_COLUMNS if c in handle.schema_arrow.names]
+        if missing := [c for c in TASK_COLUMNS if c not in columns]:
+            overlap.files_missing_columns += 1
+            overlap.missing_example = overlap.missing_example or \
+                f"{shown(path)} has no {', '.join(missing)}"
+        for batch in handle.iter_batches(columns=columns, batch_size=65_536):
+            yield _typed(batch, where)
+    except ShardError:
+        raise
+    except (OSError, ValueError, pa.ArrowException) as exc:  # truncated, not Parquet, a name
+        # that is not UTF-8 (UnicodeEncodeError), a store that went away
+        first = shown((str(exc).splitlines() or [""])[0][:200])
+        raise ShardError(f"{where}: cannot be read ({type(exc).__name__}: {first})") from None
+
+
+def _typed(batch: Any, where: str) -> Any:
+    """`batch` with text columns as string and task_seed as int64 (large_string, string_view
+    and dictionary columns, as polars or pandas write them, compare like datagen's own)."""
+    import pyarrow as pa
+
+    arrays = []
+    for name, column in zip(batch.schema.names, batch.columns):
+        seed = name == "task_seed"
+        kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+        text = pa.types.is_string(kind) or pa.types.is_large_string(kind) \
+            or pa.types.is_string_view(kind)
+        if not (pa.types.is_null(kind) or (pa.types.is_integer(kind) if seed else text)):
+            raise ShardError(f"{where}: column {name} is {column.type}, not "
+                             f"{'an integer' if seed else 'text'}; the leak check cannot "
+                             "compare it")
+        # safe=False: a uint64 seed past int64 wraps negative, and no held-out seed is
+        arrays.append(column.cast(pa.int64() if seed else pa.string(), safe=not seed))
+    return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
 
 
 def find_overlap(tasks: Sequence["Task"], shards: Sequence[str | Path]) -> Overlap:
@@ -99,16 +147,17 @@ def find_overlap(tasks: Sequence["Task"], shards: Sequence[str | Path]) -> Overl
     seeds = pa.array([t.seed for t in tasks], pa.int64())
     instructions = pa.array([t.instruction for t in tasks], pa.string())
     overlap = Overlap()
-    files = [f for root in shards for f in shard_files(root)]
+    files = [(root, f) for root in shards for f in shard_files(root)]
     overlap.files = len(files)
-    for batch in _batches(files):
+    batches = (batch for root, path in files for batch in _batches(root, path, overlap))
+    for batch in batches:
         overlap.rows += batch.num_rows
         names = batch.schema.names
         if "task_id" in names:
             column = batch.column("task_id")
             overlap.ids.update(column.filter(pc.is_in(column, value_set=ids)).to_pylist())
         if "task_seed" in names:
-            column = batch.column("task_seed").cast(pa.int64())
+            column = batch.column("task_seed")
             overlap.seeds.update(column.filter(pc.is_in(column, value_set=seeds)).to_pylist())
         if "task" in names and "env" in names:
             hits = pc.is_in(batch.column("task"), value_set=instructions)
@@ -129,6 +178,8 @@ class HeldoutTasks:
     failed_to_generate: int = 0
     shards: tuple[str, ...] = ()
     training_rows: int = 0
+    files_missing_columns: int = 0
+    missing_example: str = ""
 
     def describe(self) -> dict[str, Any]:
         ids = [t.id for t in self.tasks]
@@ -138,10 +189,15 @@ class HeldoutTasks:
         leak_check: dict[str, Any] = {
             "shards": list(self.shards), "training_rows": self.training_rows,
             "dropped_same_instruction": self.dropped_same_instruction,
-            "refused_ids_or_seeds": 0}
+            "refused_ids_or_seeds": 0, "files_missing_columns": self.files_missing_columns}
         if not self.shards:
             leak_check["note"] = ("no --shards given: ids and seeds are disjoint by "
                                   "construction; instruction texts were not checked")
+        elif self.files_missing_columns:  # a table of another kind (preferences/), by hand
+            leak_check["note"] = (
+                f"{self.files_missing_columns} training shard(s) lack columns the check "
+                f"reads ({', '.join(TASK_COLUMNS)}; e.g. {self.missing_example}): their "
+                "task ids, seeds or instruction texts were not checked")
         return {"space": HELDOUT_TAG, "eval_seed": self.eval_seed, "count": len(ids),
                 "per_env": per_env, "first_id": ids[0] if ids else None,
                 "last_id": ids[-1] if ids else None,
@@ -198,6 +254,8 @@ def heldout_tasks(envs: Sequence[str], count: int, eval_seed: int = 0,
             overlap = find_overlap(candidates, shards)
             refuse_leaks(overlap, shards)
             result.training_rows = overlap.rows
+            result.files_missing_columns = overlap.files_missing_columns
+            result.missing_example = overlap.missing_example
             kept = [t for t in candidates if (t.env, t.instruction) not in overlap.instructions]
             result.dropped_same_instruction += len(candidates) - len(kept)
             candidates = kept

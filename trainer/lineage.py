@@ -8,7 +8,8 @@ DPO or PPO checkpoint names the SAD run's OUT too), and a digest of the trainer 
 trained it. `trainer eval` without `--shards` checks against those OUTs, and its report says
 where the list came from. `data` gives each OUT's identity (trainer/data_identity.py), so an
 evaluation can tell whether the OUTs it checks against still hold, or are copies of, the
-shards the checkpoint read.
+shards the checkpoint read. A URI is recorded without credentials (the config refuses them;
+one read back from an older record loses its `user:secret@`), so no report prints a key.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.data_identity import data_identity, valid_identity
+from trainer.shard_files import without_credentials
 
 LINEAGE_FILE = "training.json"
 MAX_BYTES = 1 << 20  # a record names a few paths; a larger file is not ours
@@ -31,9 +33,9 @@ def lineage(cfg: Any) -> dict[str, Any]:
     `init_from_recorded` says so. `data` holds the identity of the run's own OUT as it is now
     and those the starting weights recorded."""
     inherited = recorded_shards(cfg.model.init_from) if cfg.model.init_from else []
-    own = [str(cfg.shards)] if cfg.shards else []
+    own = [without_credentials(str(cfg.shards))] if cfg.shards else []
     data = recorded_data(cfg.model.init_from) if cfg.model.init_from else {}
-    if own and (identity := data_identity(own[0])) is not None:
+    if own and (identity := data_identity(str(cfg.shards))) is not None:
         data[own[0]] = identity
     return {"recipe": cfg.recipe, "shards": list(dict.fromkeys([*own, *(inherited or [])])),
             "init_from": cfg.model.init_from,
@@ -62,7 +64,7 @@ def recorded_shards(checkpoint: str | Path) -> list[str] | None:
     if (not isinstance(shards, list) or len(shards) > MAX_OUTS
             or not all(isinstance(s, str) and s for s in shards)):
         return None
-    return shards
+    return list(dict.fromkeys(map(without_credentials, shards)))
 
 
 def recorded_data(checkpoint: str | Path) -> dict[str, dict[str, Any]]:
@@ -71,16 +73,17 @@ def recorded_data(checkpoint: str | Path) -> dict[str, dict[str, Any]]:
     data = _record(checkpoint).get("data")
     if not isinstance(data, dict) or len(data) > MAX_OUTS:
         return {}
-    return {out: identity for out, identity in data.items() if valid_identity(identity)}
+    return {without_credentials(out): identity for out, identity in data.items()
+            if valid_identity(identity)}
 
 
 def _record(checkpoint: str | Path) -> dict[str, Any]:
-    """training.json as an object; empty when missing, unreadable or not an object."""
-    path = Path(checkpoint) / LINEAGE_FILE
+    """training.json as an object; empty when missing, unreadable, not a regular file (a
+    FIFO would block the read, /dev/zero never end it) or not an object."""
+    from datagen.bounded_read import read_bounded
+
     try:
-        if path.stat().st_size > MAX_BYTES:
-            return {}
-        record = json.loads(path.read_text())
+        record = json.loads(read_bounded(Path(checkpoint) / LINEAGE_FILE, MAX_BYTES))
     except (OSError, ValueError, RecursionError):  # RecursionError: nested past the parser
         return {}
     return record if isinstance(record, dict) else {}

@@ -26,8 +26,46 @@ from trainer.contract import CHUNK_MARKERS, marker_of
 log = logging.getLogger(__name__)
 
 
+READ_SCHEMES = ("s3", "file")  # pyarrow knows more (gs:// retried for minutes offline)
+
+
 def is_uri(location: str | Path) -> bool:
     return "://" in str(location)
+
+
+def has_credentials(location: str | Path) -> bool:
+    """Whether a URI carries user info (`s3://KEY:SECRET@bucket/...`, which pyarrow accepts):
+    it would be written into training.json and every report that names the OUT."""
+    if not is_uri(location):
+        return False
+    return "@" in str(location).split("://", 1)[1].split("/", 1)[0]
+
+
+def without_credentials(location: str) -> str:
+    """`location` with a URI's user info removed (a record written before it was refused)."""
+    if not has_credentials(location):
+        return location
+    scheme, rest = location.split("://", 1)
+    host, slash, path = rest.partition("/")
+    return f"{scheme}://{host.rpartition('@')[2]}{slash}{path}"
+
+
+def location_problem(location: str | Path) -> str | None:
+    """Why the trainer does not read an OUT at `location`, or None: a local path, `s3://` or
+    `file://` without credentials is read; another scheme is refused before any request."""
+    if has_credentials(location):
+        return ("a URI with credentials (user:secret@) is refused: give them through the "
+                "AWS environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...)")
+    scheme = str(location).split("://", 1)[0] if is_uri(location) else None
+    if scheme is not None and scheme not in READ_SCHEMES:
+        return (f"{shown(scheme)[:40]}:// is not read here: an OUT is a local path, s3:// "
+                f"or file://")
+    return None
+
+
+def shown(text: str | Path) -> str:
+    """A path as text that prints anywhere (a name that is not UTF-8 keeps its escapes)."""
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _fs(uri: str) -> tuple[pafs.FileSystem, str]:

@@ -17,6 +17,8 @@ import numpy as np
 
 from trainer.contract import ACT, ERROR, IM_END, SPAN_KIND_ID, TOOL_CALL_OPEN, TRAINED_SPANS
 
+MAX_CONFIG_BYTES = 16 << 20  # tokenizer_config.json: a few KB, ~100 KB with a chat template
+
 __all__ = ["ACT", "ERROR", "IM_END", "SPAN_KIND_ID", "TOOL_CALL_OPEN", "TextTokenizer",
            "load_tokenizer", "text_bound", "special_ids", "label_tokens", "tokenize_with_spans", "act_runs",
            "tool_call_step_ends", "topk_entropy", "complexity"]
@@ -32,10 +34,16 @@ class TextTokenizer:
     def __init__(self, directory: str | Path) -> None:
         from tokenizers import Tokenizer
 
+        from datagen.bounded_read import read_bounded  # a FIFO or /dev/zero: one OSError
+
         self.directory = Path(directory)
         self.backend = Tokenizer.from_file(str(self.directory / "tokenizer.json"))
         config_file = self.directory / "tokenizer_config.json"
-        config = json.loads(config_file.read_text()) if config_file.exists() else {}
+        config = json.loads(read_bounded(config_file, MAX_CONFIG_BYTES)) \
+            if config_file.exists() else {}
+        if not isinstance(config, dict):
+            raise ValueError(f"{config_file}: a JSON object was expected, not "
+                             f"{type(config).__name__}")
         pad = config.get("pad_token") or "<|endoftext|>"
         pad = pad["content"] if isinstance(pad, dict) else pad
         self.pad_id = self.backend.token_to_id(pad) or 0

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -129,3 +130,41 @@ def test_a_frozen_teacher_holding_nan_is_refused_naming_its_field(tmp_path):
         f"model.norm.weight holds 1 nan or inf values (of {model.model.norm.weight.numel()}, "
         f"in float32); it must hold finite weights")
     assert lasting_failure(refused.value) == "bad checkpoint"
+
+
+@pytest.mark.parametrize("index,expected", [
+    ("[]", "found list"), ("null", "found NoneType"),
+    ('{"weight_map": ["model.safetensors"]}', "found list"),
+    ('{"weight_map": {"a": 3}}', "weight_map['a'] is not a file name"),
+])
+def test_a_bent_weights_index_is_one_line_not_a_traceback(good, tmp_path, index, expected):
+    directory = _damaged(good, tmp_path)
+    (directory / "model.safetensors.index.json").write_text(index)
+    problem = checkpoint_problem(directory)
+    assert problem.startswith("weights unreadable: ValueError: model.safetensors.index.json")
+    assert expected in problem
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_weights_that_are_not_a_regular_file_are_refused_without_opening(good, tmp_path, kind):
+    """safe_open on a FIFO waited for a writer forever."""
+    directory = _damaged(good, tmp_path)
+    weights = directory / "model.safetensors"
+    weights.unlink()
+    os.mkfifo(weights) if kind == "fifo" else weights.mkdir()
+    assert "model.safetensors is not a regular file" in checkpoint_problem(directory)
+
+
+@pytest.mark.timeout(60)
+def test_a_tokenizer_config_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    from tokenizers import Tokenizer, models
+
+    from trainer.tokens import TextTokenizer, tokenizer_problem
+
+    Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>")).save(
+        str(tmp_path / "tokenizer.json"))
+    os.mkfifo(tmp_path / "tokenizer_config.json")
+    with pytest.raises(OSError, match="not a regular file"):
+        TextTokenizer(tmp_path)
+    assert "not a regular file" in tokenizer_problem(tmp_path)

@@ -156,3 +156,24 @@ def test_an_out_copied_to_object_storage_holds_its_identity(out, s3):  # noqa: F
     _, provenance = training_shards((uri,), _checkpoint(
         out.parent, {"shards": [str(out)], "data": {str(out): data_identity(str(out))}}))
     assert provenance["recorded_data_held_by"] == {str(out): uri}
+
+
+def test_many_recorded_outs_are_matched_with_one_digest_per_out(tmp_path, monkeypatch):
+    """A loop run records an OUT per round; each record was checked against each OUT by
+    re-filtering and re-hashing that OUT's listing (1,000 OUTs: ~10^6 digests)."""
+    import trainer.data_identity as identities
+    from trainer.eval import _holders
+
+    outs = [str(tmp_path / f"out{i}") for i in range(30)]
+    listings = {out: {f"trajectories/part-{c:06d}.parquet": i + 1 for c in range(5)}
+                for i, out in enumerate(outs)}
+    monkeypatch.setattr(identities, "shard_sizes", listings.__getitem__)
+    recorded = {out: {"chunks": "0-4", "files": 5, "digest": identities._digest(listings[out])}
+                for out in outs}
+    recorded[outs[0]] = recorded[outs[1]]  # regenerated: its data is now only in out1
+    digests = []
+    real = identities._digest
+    monkeypatch.setattr(identities, "_digest", lambda sized: digests.append(1) or real(sized))
+    held_by, not_held = _holders(recorded, tuple(outs))
+    assert held_by == {out: out for out in outs[1:]} | {outs[0]: outs[1]} and not_held == []
+    assert len(digests) <= len(outs)

@@ -197,3 +197,32 @@ def test_unknown_environments_and_modules_are_one_line(checkpoint, capsys):
         "trainer eval: --env-modules: ValueError: Empty module name"
     assert main(["eval", "--checkpoint", str(checkpoint), *FAST, "--out", ""]) == 2
     assert capsys.readouterr().err.startswith("trainer eval: --out: cannot write")
+
+
+def test_shards_the_check_cannot_read_are_one_line_or_a_note(checkpoint, tmp_path, capsys):
+    """A key in the URI was echoed; gs:// hung for minutes; an int column was an Arrow
+    traceback; a table without the task columns (OUT/preferences) passed with no note."""
+    base = ["eval", "--checkpoint", str(checkpoint), *FAST, "--only", "steps"]
+    assert main([*base, "--shards", "s3://AKIAFAKE:S3cretKey@bucket/out"]) == 2
+    err = capsys.readouterr().err
+    assert "credentials" in err and "S3cret" not in err and len(err.splitlines()) == 1
+    assert main([*base, "--shards", "gs://bucket/out"]) == 2
+    assert capsys.readouterr().err.startswith("trainer eval: invalid settings: shards: "
+                                              "--shards gs://bucket/out: gs:// is not read")
+    bent = tmp_path / "bent" / "trajectories"
+    bent.mkdir(parents=True)
+    pq.write_table(pa.table({"task_id": ["a"], "task_seed": [1], "env": ["sql"], "task": [5]}),
+                   bent / "part-000000.parquet")
+    assert main([*base, "--shards", str(bent.parent)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"trainer eval: --shards {bent.parent}: trajectories/"
+                           "part-000000.parquet: column task is int64, not text; the leak "
+                           "check cannot compare it")
+    prefs = tmp_path / "out" / "preferences"
+    prefs.mkdir(parents=True)
+    pq.write_table(pa.table({"id": ["p"], "prompt_text": ["x"]}), prefs / "part-000000.parquet")
+    assert main([*base, "--shards", str(prefs)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["tasks"]["leak_check"]["files_missing_columns"] == 1
+    assert captured.err.strip().splitlines()[-1].startswith(
+        "trainer eval: leak check: 1 training shard(s) lack columns the check reads")

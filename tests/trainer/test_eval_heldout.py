@@ -129,3 +129,121 @@ def test_shards_on_object_storage_are_checked_like_a_directory(s3, tmp_path):  #
     write_lineage(checkpoint, {"shards": [uri, f"s3://{bucket}/nothing"]}, step=1)
     shards, provenance = training_shards((), str(checkpoint))
     assert shards == (uri,) and provenance["recorded_not_found"] == [f"s3://{bucket}/nothing"]
+
+
+def _out(root: Path, columns: dict, chunk: int = 0, table: str = "trajectories") -> Path:
+    (root / table).mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns), root / table / f"part-{chunk:06d}.parquet")
+    return root
+
+
+def _row(**cells) -> dict:
+    return {"task_id": ["sql-0-00000000"], "task_seed": [7], "env": ["sql"], "task": ["x"],
+            **{name: [value] if not isinstance(value, pa.Array) else value
+               for name, value in cells.items()}}
+
+
+@pytest.mark.timeout(60)
+def test_other_schemes_are_refused_before_any_request():
+    """gs:// retried for minutes offline; foo:// was an Arrow message."""
+    from trainer.eval import EvalConfig
+
+    for uri in ("foo://bucket/out", "gs://bucket/out"):
+        with pytest.raises(ValueError, match=f"--shards {uri}: .* not read here"):
+            heldout_tasks(["sql"], 2, shards=[uri])
+        with pytest.raises(ValueError, match="not read here"):
+            EvalConfig(checkpoint="c", shards=(uri,))
+
+
+def test_recorded_outs_of_other_schemes_are_not_found_and_never_probed(tmp_path, monkeypatch):
+    from trainer.eval import training_shards
+    from trainer.lineage import write_lineage
+
+    probed = []
+    monkeypatch.setattr("trainer.heldout.shard_files", lambda root: probed.append(root) or [])
+    write_lineage(tmp_path, {"shards": ["gs://bucket/out", "hdfs://host/out"]}, step=1)
+    shards, provenance = training_shards((), str(tmp_path))
+    assert shards == () and probed == []
+    assert provenance["recorded_not_found"] == ["gs://bucket/out", "hdfs://host/out"]
+
+
+def test_shards_without_the_task_columns_are_counted_and_said(tmp_path):
+    """OUT/preferences (its instruction is in prompt_text) and a hand-made shard without env
+    passed as a checked leak check with no note."""
+    task = heldout_tasks(["sql"], 1).tasks[0]
+    prefs = _out(tmp_path / "a", {"id": ["p0"], "env": ["sql"], "prompt_text": [task.instruction]},
+                 table="preferences")
+    no_env = _out(tmp_path / "b", {"task_id": ["sql-0-00000000"], "task_seed": [1],
+                                   "task": [task.instruction]})
+    for shards in ([prefs / "preferences"], [no_env]):
+        leak_check = heldout_tasks(["sql"], 1, shards=shards).describe()["leak_check"]
+        assert leak_check["files_missing_columns"] == 1
+        assert "1 training shard(s) lack columns the check reads" in leak_check["note"]
+    clean = _out(tmp_path / "c", _row())
+    assert "note" not in heldout_tasks(["sql"], 1, shards=[clean]).describe()["leak_check"]
+
+
+@pytest.mark.parametrize("kind", [pa.large_string(), pa.string_view(), "dictionary"])
+def test_text_columns_of_other_string_types_are_compared(tmp_path, kind):
+    clean = heldout_tasks(["sql"], 2).tasks
+
+    def typed(value):
+        array = pa.array([value])
+        return array.dictionary_encode() if kind == "dictionary" else array.cast(kind)
+
+    seen = _out(tmp_path / "seen", _row(env=typed("sql"), task=typed(clean[0].instruction)))
+    chosen = heldout_tasks(["sql"], 2, shards=[seen])
+    assert chosen.describe()["leak_check"]["dropped_same_instruction"] == 1
+    leaked = _out(tmp_path / "leaked", _row(task_id=typed(clean[1].id)))
+    with pytest.raises(LeakError, match=clean[1].id):
+        heldout_tasks(["sql"], 2, shards=[leaked])
+
+
+@pytest.mark.parametrize("column,value,expected", [
+    ("task", 5, "column task is int64, not text"),
+    ("task_id", 1, "column task_id is int64, not text"),
+    ("task_seed", "123", "column task_seed is string, not an integer"),
+])
+def test_columns_of_another_type_are_refused_naming_the_file(tmp_path, column, value, expected):
+    bent = _out(tmp_path / "bent", _row(**{column: value}))
+    with pytest.raises(ValueError, match=f"--shards {bent}: trajectories/part-000000.parquet: "
+                                         f"{expected}"):
+        heldout_tasks(["sql"], 1, shards=[bent])
+
+
+def test_an_unreadable_shard_among_many_is_named(tmp_path):
+    import os
+
+    out = tmp_path / "out"
+    for chunk in range(5):
+        _out(out, _row(), chunk=chunk)
+    (out / "trajectories" / "part-000003.parquet").write_bytes(b"truncated")
+    with pytest.raises(ValueError, match=f"--shards {out}: trajectories/part-000003.parquet: "
+                                         "cannot be read"):
+        heldout_tasks(["sql"], 1, shards=[out])
+    odd = _out(tmp_path / "odd", _row())
+    os.rename(odd / "trajectories" / "part-000000.parquet",
+              os.fsencode(odd / "trajectories") + b"/part-\xff.parquet")
+    with pytest.raises(ValueError, match=r"trajectories/part-\\udcff.parquet: cannot be read") \
+            as refused:
+        heldout_tasks(["sql"], 1, shards=[odd])
+    str(refused.value).encode("utf-8")  # printable as it is
+
+
+def test_an_unreachable_store_is_probed_once_for_all_its_recorded_outs(tmp_path, monkeypatch):
+    """A loop run on a store records an OUT per round; each failed probe cost ~6 s."""
+    from trainer.eval import training_shards
+    from trainer.lineage import write_lineage
+
+    probed = []
+
+    def unreachable(root):
+        probed.append(root)
+        raise OSError("When listing objects: AWS Error NETWORK_CONNECTION")
+
+    monkeypatch.setattr("trainer.heldout.shard_files", unreachable)
+    recorded = [f"s3://store/loop/round-{i}/out" for i in range(20)] + ["s3://other/out"]
+    write_lineage(tmp_path, {"shards": recorded}, step=1)
+    shards, provenance = training_shards((), str(tmp_path))
+    assert shards == () and provenance["recorded_not_found"] == recorded
+    assert probed == ["s3://store/loop/round-0/out", "s3://other/out"]

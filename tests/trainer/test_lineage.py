@@ -4,10 +4,12 @@ and the OUTs `trainer eval` checks its held-out tasks against when `--shards` is
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from datagen.provenance import source_digest
 from trainer.config import load_config
@@ -80,3 +82,33 @@ def test_eval_takes_the_recorded_outs_that_exist_and_names_those_that_do_not(tmp
     given, provenance = training_shards(("/mine",), str(checkpoint))  # --shards wins
     assert given == ("/mine",) and provenance == {
         "shards_from": "--shards", "recorded_in_checkpoint": recorded}
+
+
+def test_credentials_in_a_shards_uri_are_refused_and_never_reported(tmp_path, monkeypatch):
+    """pyarrow accepts s3://KEY:SECRET@bucket/...: fit recorded it in training.json and eval
+    printed it in its report. Refused at validation; an older record loses it when read."""
+    from trainer.config import ConfigError
+
+    with pytest.raises(ConfigError, match="credentials") as refused:
+        _cfg("sad", shards="s3://AKIAFAKE:S3cretKey@bucket/out")
+    assert "S3cretKey" not in str(refused.value)
+    secret = "s3://AKIAFAKE:S3cretKey@bucket/out"
+    identity = {"chunks": "0", "files": 1, "digest": "0" * 16}
+    write_lineage(tmp_path, {"shards": [secret, "/data/out"], "data": {secret: identity}}, step=1)
+    assert recorded_shards(tmp_path) == ["s3://bucket/out", "/data/out"]
+
+    def unreachable(root):
+        raise OSError("no store here")
+
+    monkeypatch.setattr("trainer.heldout.shard_files", unreachable)
+    report = json.dumps(training_shards((), str(tmp_path)))
+    assert "S3cretKey" not in report and "AKIAFAKE" not in report
+    assert "s3://bucket/out" in report
+
+
+@pytest.mark.timeout(60)
+def test_a_record_that_is_a_fifo_is_no_record_and_no_hang(tmp_path):
+    """training.json as a FIFO blocked the read for a writer that never comes."""
+    os.mkfifo(tmp_path / LINEAGE_FILE)
+    assert recorded_shards(tmp_path) is None
+    assert training_shards((), str(tmp_path))[0] == ()

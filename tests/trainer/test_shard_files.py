@@ -21,3 +21,17 @@ def test_a_failed_write_raises_and_leaves_no_temporary_file(tmp_path):
     with pytest.raises(OSError):
         write_bytes(tmp_path / "taken", b"data")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+def test_only_paths_s3_and_file_uris_without_credentials_are_read():
+    from trainer.shard_files import location_problem, without_credentials
+
+    for readable in ("/data/out", "relative/out", "s3://bucket/out", "file:///data/out",
+                     "s3://bucket/a@b"):
+        assert location_problem(readable) is None, readable
+    assert "not read here" in location_problem("gs://bucket/out")
+    assert "not read here" in location_problem("hdfs://host/out")
+    secret = "s3://AKIAFAKE:S3cretKey@bucket/out"
+    assert "credentials" in location_problem(secret) and "S3cret" not in location_problem(secret)
+    assert without_credentials(secret) == "s3://bucket/out"
+    assert without_credentials("/data/out") == "/data/out"
