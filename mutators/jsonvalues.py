@@ -21,6 +21,14 @@ PY_TYPE_TAG: dict[type, str] = {
     dict: "object", list: "array", tuple: "array", type(None): "null",
 }
 NOT_JSON = "non-JSON"
+# How many containers (objects, arrays) a call's arguments may nest, the arguments object
+# included. The validator and the mutators walk values recursively (copy_json takes two
+# frames a level, a recursive schema's checks about four), so past a few hundred levels they
+# hit Python's recursion limit at a depth that depends on the caller's stack; a fixed bound
+# gives one answer everywhere. 100 as for schemas (schema.MAX_SCHEMA_DEPTH): real tool calls
+# nest under ten levels, and orjson cannot write a value past 254.
+MAX_VALUE_DEPTH = 100
+_CONTAINERS = (dict, list, tuple)
 
 Path = tuple  # a path inside the arguments: keys (str) and list indices (int)
 
@@ -66,6 +74,21 @@ def non_json_reason(value: Any) -> str | None:
     return None
 
 
+def nested_deeper_than(value: Any, limit: int = MAX_VALUE_DEPTH) -> bool:
+    """Whether `value` nests more than `limit` containers one inside the other (`{}` is one
+    level, `{"a": []}` two). Iterative, and depth-first so that a value that contains itself
+    is found too deep after `limit` steps instead of walked forever."""
+    stack = [(value, 1)] if isinstance(value, _CONTAINERS) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, _CONTAINERS):  # a loop, not extend(genexpr): 2x faster here
+                stack.append((child, depth + 1))
+    return False
+
+
 def json_equal(a: Any, b: Any) -> bool:
     """JSON equality: 1 == 1.0, but True != 1; a tuple equals the list with the same items."""
     ta, tb = json_type(a), json_type(b)
@@ -105,7 +128,7 @@ def render(value: Any, limit: int = 60) -> str:
     if type(value) is int and value.bit_length() * _LOG10_2 > limit:
         return _abbreviated_int(value)
     try:
-        text = orjson.dumps(value).decode()
+        text = _json_text(value)
     except (TypeError, orjson.JSONEncodeError):
         try:
             text = repr(value)
@@ -115,6 +138,30 @@ def render(value: Any, limit: int = 60) -> str:
 
 
 _LOG10_2 = math.log10(2)
+
+
+def _json_text(value: Any) -> str:
+    """orjson's text of `value`, with NaN and the infinities spelt `nan`, `inf`, `-inf`:
+    orjson writes them as `null`, and "greater than the maximum null" reads as if the schema
+    had no maximum. Only for messages: stored JSON keeps orjson's valid `null`."""
+    text = orjson.dumps(value).decode()
+    if "null" not in text:
+        return text
+    try:
+        return orjson.dumps(_non_finite_spelt(value)).decode()
+    except RecursionError:  # deep enough for two frames a level to run out: keep orjson's
+        return text
+
+
+def _non_finite_spelt(value: Any) -> Any:
+    """`value` with every non-finite float replaced by its bare name (an orjson Fragment)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return orjson.Fragment(float.__repr__(value))
+    if isinstance(value, dict):
+        return {key: _non_finite_spelt(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_non_finite_spelt(item) for item in value]
+    return value
 
 
 def _abbreviated_int(value: int) -> str:

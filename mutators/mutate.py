@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from mutators import extra_kinds, hallucinated_key, logical_error, type_error
-from mutators.jsonvalues import copy_json
+from mutators.jsonvalues import copy_json, nested_deeper_than
 from mutators.negative import (ALL_KINDS, KINDS, KindSpec, MutationContext, MutationReport,
                                Negative, Operator, Rejected, materialise)
 from mutators.outcome import OutcomeProbe, is_read_only
@@ -48,7 +48,7 @@ def _context(call: Any, tool: Any, env: Any, other_tools: Iterable[Any] | None,
     name, arguments, malformed = call_arguments(call)
     if malformed is not None:
         return Rejected("malformed_call", f"the call is malformed: {malformed.message}")
-    errors = [] if original_valid else _original_errors(call, loaded)
+    errors = _original_errors(call, loaded, original_valid, arguments)
     if errors:
         shown = "; ".join(e.message for e in errors[:3])
         return Rejected("invalid_original", f"the original call is invalid ({shown}); "
@@ -62,13 +62,17 @@ def _context(call: Any, tool: Any, env: Any, other_tools: Iterable[Any] | None,
                            _NO_RNG, env, others)
 
 
-def _original_errors(call: Any, tool: ToolInfo) -> list[ValidationError]:
-    """`validate_with`, with a value nested past the recursion limit an error, as `validate`
-    reports it: such a call is an invalid original, not an unreadable one."""
+def _original_errors(call: Any, tool: ToolInfo, vouched: bool,
+                     arguments: Any) -> list[ValidationError]:
+    """`validate_with`, with a value nested too deeply an error, as `validate` reports it:
+    such a call is an invalid original, not an unreadable one. The depth is checked even
+    when the caller `vouched` for the call: every walk below recurses."""
+    if vouched:
+        return [too_deep_error()] if nested_deeper_than(arguments) else []
     try:
         return validate_with(call, tool)
-    except RecursionError:
-        return [too_deep_error()]
+    except RecursionError as exc:
+        return [too_deep_error(exc)]
 
 
 def loaded_tools(specs: list[Any]) -> list[ToolInfo]:

@@ -14,6 +14,8 @@ Decisions worth knowing:
 - Python tuples are accepted as arrays; NaN/inf and non-JSON objects are "malformed".
 - `arguments` must be a dict; a JSON string (the OpenAI wire format) is reported as
   malformed, use `coerce_call` to decode it first. A missing or null `arguments` means {}.
+- Arguments nesting more than MAX_VALUE_DEPTH (100) objects/arrays are malformed
+  (`value nested too deeply to validate (over 100 levels)`), whatever the caller's stack.
 - oneOf is checked as anyOf: a value matching two branches of a sloppy spec is accepted.
 - It is the project's one validator: environments check tool arguments with it too
   (`datagen/envs/_arguments.py`), so an episode and its environment never disagree.
@@ -28,7 +30,7 @@ import orjson
 
 from mutators.check_budget import SchemaTooComplex
 from mutators.compile import CompiledSchema, compile_schema
-from mutators.jsonvalues import format_path, render
+from mutators.jsonvalues import MAX_VALUE_DEPTH, format_path, nested_deeper_than, render
 from mutators.keyword_checks import Err
 from mutators.safe_regex import new_call
 
@@ -150,11 +152,20 @@ def to_validation_errors(errors: list[Err]) -> list[ValidationError]:
     return found
 
 
+class ValueTooDeep(RecursionError):
+    """The arguments nest more than MAX_VALUE_DEPTH levels. A RecursionError, so that every
+    caller handling a value too deep for the recursive checks handles this one alike."""
+
+
 def validate_with(call: Any, tool: ToolInfo) -> list[ValidationError]:
-    """`validate_detailed` for an already loaded tool (mutators validate many candidates)."""
+    """`validate_detailed` for an already loaded tool (mutators validate many candidates).
+    Raises RecursionError (ValueTooDeep past MAX_VALUE_DEPTH) for a value too deep to check:
+    the mutators skip such a candidate rather than count its one error as a proof."""
     name, arguments, malformed = call_arguments(call)
     if malformed is not None:
         return [malformed]
+    if nested_deeper_than(arguments):
+        raise ValueTooDeep(f"arguments nest more than {MAX_VALUE_DEPTH} levels")
     errors = []
     if name != tool.name:
         errors.append(_error("name", "name", f"expected {render(tool.name)}, got {render(name)}"))
@@ -169,9 +180,13 @@ def validate_with(call: Any, tool: ToolInfo) -> list[ValidationError]:
     return errors
 
 
-def too_deep_error() -> ValidationError:
-    """The error for a value nested past Python's recursion limit (the checks recurse)."""
-    return _error("arguments", "malformed", "value nested too deeply to validate")
+def too_deep_error(exc: RecursionError | None = None) -> ValidationError:
+    """The error for a value nested past MAX_VALUE_DEPTH (`exc` None or ValueTooDeep), or,
+    rarely, past Python's recursion limit before that (a recursive schema's checks take ~4
+    frames a level, and the caller's stack counts): then no level count is claimed."""
+    past_limit = exc is None or isinstance(exc, ValueTooDeep)
+    detail = f" (over {MAX_VALUE_DEPTH} levels)" if past_limit else ""
+    return _error("arguments", "malformed", "value nested too deeply to validate" + detail)
 
 
 def validate_detailed(call: Any, tool: Any) -> list[ValidationError]:
@@ -181,8 +196,8 @@ def validate_detailed(call: Any, tool: Any) -> list[ValidationError]:
         if isinstance(loaded, ValidationError):
             return [loaded]
         return validate_with(call, loaded)
-    except RecursionError:
-        return [too_deep_error()]
+    except RecursionError as exc:
+        return [too_deep_error(exc)]
     except Exception as exc:  # noqa: BLE001 - validate never raises; a bug becomes data
         return [_error("call", "malformed", f"validator failed: {type(exc).__name__}: {exc}")]
 

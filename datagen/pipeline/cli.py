@@ -107,7 +107,9 @@ def _verify(args: argparse.Namespace) -> int:
     with _store_errors(args.out):
         report = verify_output(args.out, checksum=not args.quick)
     print(report.format())
-    if args.repair and report.problems:
+    if args.repair and report.problems and not report.repairable:
+        print("repair: nothing to drop or delete (the result line says what fixes OUT)")
+    elif args.repair and report.problems:
         with _out_errors(args.out), run_lock(args.out, LockOwner.current(report.fingerprint)):
             dropped, removed = repair(args.out, report)
         print(f"repair: dropped {len(dropped)} damaged chunk(s) "

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from datagen.bounded_read import read_bounded
 from datagen.config import MODEL_PATH_FIELDS, GenerateConfig
 from datagen.envs import import_modules
-from datagen.pipeline.storage import Storage, is_uri, join, open_storage
+from datagen.pipeline.storage import Storage, is_uri, join, open_storage, refuse_uri_options
 from datagen.teachers.config import check_logit_bias
 
 ENV_HELP = ("workers do not inherit the submitting shell's environment: pass it with "
@@ -131,7 +131,9 @@ def resolve_paths(config: GenerateConfig, keep_relative: bool = False) -> Genera
     directory: a worker would resolve them against its own working directory. `~` is the
     driver's home, as in a shell. With `keep_relative` (a Ray job whose working_dir every
     worker starts in) relative model paths stay as written, so rows do not record a
-    per-session temporary path."""
+    per-session temporary path. An OUT URI with a query or fragment is refused here, before
+    the run lock's first request (`refuse_uri_options`)."""
+    refuse_uri_options(config.out)
     if not is_uri(config.out):  # a URI is the same on every node
         out = os.path.abspath(os.path.expanduser(config.out))
         config = config.model_copy(update={"out": out})

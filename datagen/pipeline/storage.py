@@ -63,6 +63,18 @@ def is_uri(location: str | Path) -> bool:
     return isinstance(location, str) and _URI.match(location) is not None
 
 
+def refuse_uri_options(location: str | Path) -> None:
+    """StoreUnusable when an object-store URI carries a query string or fragment, before any
+    request: pyarrow's `FileSystem.from_uri` takes options from the query, so
+    `s3://bucket/out?endpoint_override=host:9000` would send every request, signed with the
+    environment's credentials, to that host (and a fragment is no part of a key)."""
+    if is_uri(location) and ("?" in str(location) or "#" in str(location)):
+        raise StoreUnusable(f"{location}: a query string or fragment (?... #...) in an OUT URI "
+                            "is refused, as pyarrow reads options such as endpoint_override "
+                            "from it; set the endpoint with AWS_ENDPOINT_URL_S3 or "
+                            "AWS_ENDPOINT_URL, and the rest through the AWS environment")
+
+
 def writable_file(path: str | Path) -> bool:
     """Whether a report file can be written at `path` (its folder exists and is writable,
     and `path` is no folder): checked before minutes of work, not after."""
@@ -260,6 +272,7 @@ def filesystem_of(uri: str) -> tuple[pafs.FileSystem, str]:
     endpoint (making an S3 client costs milliseconds; readers ask per shard). The S3 endpoint
     comes from `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL` (pyarrow reads the second itself;
     the first is the service-specific form the AWS CLI and SDKs prefer)."""
+    refuse_uri_options(uri)
     return _filesystem(uri, os.environ.get("AWS_ENDPOINT_URL_S3"),
                        os.environ.get("AWS_ENDPOINT_URL"))
 

@@ -65,6 +65,26 @@ class VerifyReport:
         return sorted({p.chunk for p in self.problems if p.chunk is not None and not p.stray})
 
     @property
+    def repairable(self) -> bool:
+        """Whether `--repair` has anything to do: damaged chunks to drop, strays to delete
+        (a problem of manifest.json alone is fixed by rerunning generate, not by --repair)."""
+        return bool(self.damaged_chunks) or any(p.stray for p in self.problems)
+
+    def remedy(self) -> str:
+        """What fixes the problems found, as the summary line says it."""
+        if any(p.file == RUN_FILE for p in self.problems):
+            return (f"{RUN_FILE} is needed to resume or rewrite OUT and no command restores "
+                    "it: restore it from a copy, or generate into another --out")
+        if self.damaged_chunks:  # generate rewrites manifest.json as it regenerates them
+            return (f"`datagen verify {self.root} --repair`, then rerunning `datagen generate` "
+                    "with the same config, regenerates them")
+        if self.repairable:
+            manifest_too = any(p.chunk is None and not p.stray for p in self.problems)
+            then = f"; then {_REWRITE}" if manifest_too else ""
+            return f"`datagen verify {self.root} --repair` deletes the stray file(s){then}"
+        return f"{_REWRITE} (`--repair` has nothing to drop or delete)"
+
+    @property
     def complete(self) -> bool:
         return self.chunks[0] == self.chunks[1]
 
@@ -86,8 +106,7 @@ class VerifyReport:
                   for p in self.problems]
         if self.problems:
             lines.append(f"result: {len(self.problems)} problem(s), {len(self.damaged_chunks)} "
-                         f"damaged chunk(s); `datagen verify {self.root} --repair`, then "
-                         "rerunning `datagen generate` with the same config, regenerates them")
+                         f"damaged chunk(s); {self.remedy()}")
         elif not self.complete and self.running:
             lines.append("result: intact so far, INCOMPLETE: the run above is still writing")
         elif not self.complete:
