@@ -64,11 +64,23 @@ def is_uri(location: str | Path) -> bool:
 
 
 def refuse_uri_options(location: str | Path) -> None:
-    """StoreUnusable when an object-store URI carries a query string or fragment, before any
-    request: pyarrow's `FileSystem.from_uri` takes options from the query, so
-    `s3://bucket/out?endpoint_override=host:9000` would send every request, signed with the
-    environment's credentials, to that host (and a fragment is no part of a key)."""
-    if is_uri(location) and ("?" in str(location) or "#" in str(location)):
+    """StoreUnusable when an object-store URI carries credentials, a query string or a
+    fragment, before any request. pyarrow's `FileSystem.from_uri` takes `KEY:SECRET@` and
+    options from the query: the secret would be written into the run's records and shown in
+    every message naming OUT, and `s3://bucket/out?endpoint_override=host:9000` would send
+    every request, signed with the environment's credentials, to that host (a fragment is no
+    part of a key). The message shows the URI without the credentials."""
+    if not is_uri(location):
+        return
+    scheme, _, rest = str(location).partition("://")
+    store, slash, path = rest.partition("/")
+    if "@" in store:
+        raise StoreUnusable(f"{scheme}://***@{store.rpartition('@')[2]}{slash}{path}: "
+                            "credentials in an OUT URI (user:secret@) are refused, as they "
+                            "would be recorded with the run; give them through the AWS "
+                            "environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a "
+                            "profile or a role)")
+    if "?" in str(location) or "#" in str(location):
         raise StoreUnusable(f"{location}: a query string or fragment (?... #...) in an OUT URI "
                             "is refused, as pyarrow reads options such as endpoint_override "
                             "from it; set the endpoint with AWS_ENDPOINT_URL_S3 or "

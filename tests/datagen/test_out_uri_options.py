@@ -51,3 +51,19 @@ def test_a_local_path_with_a_question_mark_is_still_a_path(tmp_path, capsys):
     out = tmp_path / "what?#"
     assert main(["verify", str(out)]) == 2
     assert "query string" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_credentials_in_an_out_uri_are_refused_and_never_shown(no_requests, capsys, command):
+    rc = main([command, "s3://AKIAEXAMPLE:s3cr3tValue@bucket/out?x=1"])
+    shown = capsys.readouterr().err.strip()
+    assert rc == 2 and len(shown.splitlines()) == 1, shown
+    assert "credentials" in shown and "s3://***@bucket/out" in shown, shown
+    assert "s3cr3tValue" not in shown and "AKIAEXAMPLE" not in shown
+
+
+def test_generate_refuses_credentials_in_the_out_uri(no_requests, capsys):
+    rc = main(["generate", "--config", "configs/demo.yaml", "--no-progress",
+               "--out", "s3://AKIAEXAMPLE:s3cr3tValue@bucket/out"])
+    shown = capsys.readouterr().err.strip()
+    assert rc == 2 and "credentials" in shown and "s3cr3tValue" not in shown, shown
