@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from datagen.bounded_read import read_bounded
+from datagen.bounded_read import irregular_kind, read_bounded
 
 MAX_CONFIG_BYTES = 1 << 20  # a model's config.json is a few KB
 MAX_LAYERS = 1024  # building this many modules, even on the meta device, takes seconds
@@ -132,11 +132,8 @@ def _weight_map(directory: Path) -> dict[str, str]:
 def _regular(file: Path) -> None:
     """OSError unless `file` is a regular file: safe_open blocks on a FIFO, and maps a
     device or reads a directory's error as a weights format error."""
-    import os
-    import stat
-
-    if not stat.S_ISREG(os.stat(file).st_mode):  # FileNotFoundError as opening raises it
-        raise OSError(f"{file.name} is not a regular file (a directory, device, FIFO or socket)")
+    if kind := irregular_kind(file):  # FileNotFoundError as opening raises it
+        raise OSError(f"{file.name} is not a regular file ({kind})")
 
 
 def non_finite_weight(model, directory: str | Path) -> str | None:

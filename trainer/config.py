@@ -494,12 +494,13 @@ class TrainConfig(StrictModel):
 
     @field_validator("shards")
     @classmethod
-    def _no_credentials(cls, shards: str | None) -> str | None:
-        from trainer.shard_files import has_credentials  # pyarrow: only when validated
+    def _readable_shards(cls, shards: str | None) -> str | None:
+        from trainer.shard_files import location_problem  # pyarrow: only when validated
 
-        if shards is not None and has_credentials(shards):  # training.json would record it
-            raise ValueError("a URI with credentials (user:secret@) is refused: give them "
-                             "through the AWS environment (AWS_ACCESS_KEY_ID, ...)")
+        # credentials would be recorded in training.json, a query's endpoint_override would
+        # send the AWS environment's credentials to its host, gs:// retries for minutes
+        if shards is not None and (problem := location_problem(shards)):
+            raise ValueError(problem)
         return shards
 
     @model_validator(mode="after")

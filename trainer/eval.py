@@ -124,11 +124,10 @@ class EvalConfig(StrictModel):
     @field_validator("shards")
     @classmethod
     def _readable_shards(cls, shards: tuple[str, ...]) -> tuple[str, ...]:
-        from trainer.shard_files import location_problem, shown, without_credentials
+        from trainer.shard_files import refuse_location
 
         for out in shards:  # before any request: gs:// retries for minutes, a key is echoed
-            if problem := location_problem(out):
-                raise ValueError(f"--shards {shown(without_credentials(out))}: {problem}")
+            refuse_location(out)
         return shards
 
     def generation(self) -> "GenerationConfig":
@@ -429,23 +428,30 @@ def _holders(data: dict[str, dict], shards: tuple[str, ...]
     return held_by, not_held
 
 
+# pyarrow's words for a request that reached no store (refused, unresolvable host, timeout):
+# `AWS Error NETWORK_CONNECTION ... curlCode: 7`. A store that answered (ACCESS_DENIED for
+# one prefix, NoSuchBucket) says nothing about the other OUTs of that store.
+STORE_UNREACHABLE = ("NETWORK_CONNECTION", "curlCode")
+
+
 def _has_shards(out: str, unreachable: set[str]) -> bool:
     """Whether a recorded OUT has shards here. A scheme not read here is not probed, nor is
-    another OUT of a store `unreachable` holds (each failed request costs seconds: a loop
-    run records an OUT per round)."""
+    another OUT of a store `unreachable` holds (each failed connection costs seconds: a loop
+    run records an OUT per round); a store that answered with an error is asked again for
+    its other OUTs."""
     from trainer.heldout import shard_files
-    from trainer.shard_files import location_problem
+    from trainer.shard_files import location_problem, store_of
 
-    scheme, uri, rest = out.partition("://")
-    store = f"{scheme}://{rest.split('/', 1)[0]}" if uri else None  # s3://bucket
+    store = store_of(out)  # s3://bucket
     if location_problem(out) or store in unreachable:
         return False
     try:
         return bool(shard_files(out))
     except FileNotFoundError:  # gone or emptied
         return False
-    except (OSError, ValueError):  # a store this process cannot reach; a path it cannot name
-        if store is not None:
+    except (OSError, ValueError) as exc:  # a store, or only this prefix, this process cannot
+        # read; a path it cannot name
+        if store is not None and any(word in str(exc) for word in STORE_UNREACHABLE):
             unreachable.add(store)
         return False
 

@@ -56,11 +56,9 @@ def shard_files(root: str | Path) -> list[str]:
     """The trajectory and repair shards of an OUT root (or of one table directory), a
     directory or an object-store URI (`s3://bucket/prefix`); shards of unfinished chunks too
     (a leak check reads everything a training run could have read)."""
-    from trainer.shard_files import (is_uri, join, location_problem, part_names, shown,
-                                     without_credentials)
+    from trainer.shard_files import is_uri, join, part_names, refuse_location, shown
 
-    if problem := location_problem(root):  # never probed: gs:// retries for minutes
-        raise ValueError(f"--shards {shown(without_credentials(str(root)))}: {problem}")
+    refuse_location(root)  # never probed: gs:// retries for minutes
     if not is_uri(root) and not Path(root).exists():
         raise FileNotFoundError(f"--shards {shown(root)}: no such directory")
 

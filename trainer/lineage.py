@@ -8,8 +8,9 @@ DPO or PPO checkpoint names the SAD run's OUT too), and a digest of the trainer 
 trained it. `trainer eval` without `--shards` checks against those OUTs, and its report says
 where the list came from. `data` gives each OUT's identity (trainer/data_identity.py), so an
 evaluation can tell whether the OUTs it checks against still hold, or are copies of, the
-shards the checkpoint read. A URI is recorded without credentials (the config refuses them;
-one read back from an older record loses its `user:secret@`), so no report prints a key.
+shards the checkpoint read. No URI is recorded with credentials (the config refuses them);
+records written before that was refused (before 6ecb774) may hold `user:secret@`, which is
+dropped when they are read back, so no report prints a key.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def lineage(cfg: Any) -> dict[str, Any]:
     `init_from_recorded` says so. `data` holds the identity of the run's own OUT as it is now
     and those the starting weights recorded."""
     inherited = recorded_shards(cfg.model.init_from) if cfg.model.init_from else []
-    own = [without_credentials(str(cfg.shards))] if cfg.shards else []
+    own = [str(cfg.shards)] if cfg.shards else []  # credentials refused by the config
     data = recorded_data(cfg.model.init_from) if cfg.model.init_from else {}
     if own and (identity := data_identity(str(cfg.shards))) is not None:
         data[own[0]] = identity

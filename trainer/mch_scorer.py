@@ -32,8 +32,13 @@ class MCHScorer:
 
     def __init__(self, checkpoint: str, tokenizer: str | None = None, device: str = "cpu",
                  max_tokens: int = 4096) -> None:
+        from trainer.checkpoint_check import CheckpointError, checkpoint_problem
         from trainer.model.modeling import AgentQwen2ForCausalLM
 
+        # from_pretrained waits forever on a config.json that is a FIFO and allocates whatever
+        # shapes a config names: checked first, in a chunk worker as in `trainer eval`
+        if problem := checkpoint_problem(checkpoint):
+            raise CheckpointError(f"scorer_options.checkpoint {checkpoint}: {problem}")
         self.model = AgentQwen2ForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
         self.model.to(device).eval()
         if not self.model.config.use_mch:

@@ -7,8 +7,8 @@ environment: `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`, both read by pyarrow 2
 pyarrow and Ray Data open by themselves. Files the trainer writes beside the data (the DPO
 reference log-probs) go through `write_bytes`: atomic on both (a rename on a filesystem, a
 single PUT on a store, which has no rename). Ray Data's `include_paths` gives an object's path
-without its scheme; `full_uri` puts it back. (datagen has its own copy of this concern,
-datagen/pipeline/storage.py: training never imports datagen.)
+without its scheme; `full_uri` puts it back. What is a URI is datagen's rule
+(datagen/pipeline/storage.py `is_uri`), imported, so both sides read the same OUT the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from datagen.pipeline.storage import is_uri  # a scheme, then "://": /tmp/a://b is a path
 from trainer.contract import CHUNK_MARKERS, marker_of
 
 log = logging.getLogger(__name__)
@@ -29,16 +30,20 @@ log = logging.getLogger(__name__)
 READ_SCHEMES = ("s3", "file")  # pyarrow knows more (gs:// retried for minutes offline)
 
 
-def is_uri(location: str | Path) -> bool:
-    return "://" in str(location)
+def store_of(location: str | Path) -> str | None:
+    """`scheme://bucket` of a URI (with any user info: what one connection reaches), None
+    for a local path."""
+    if not is_uri(location):
+        return None
+    scheme, _, rest = str(location).partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}"
 
 
 def has_credentials(location: str | Path) -> bool:
     """Whether a URI carries user info (`s3://KEY:SECRET@bucket/...`, which pyarrow accepts):
     it would be written into training.json and every report that names the OUT."""
-    if not is_uri(location):
-        return False
-    return "@" in str(location).split("://", 1)[1].split("/", 1)[0]
+    store = store_of(location)
+    return store is not None and "@" in store.partition("://")[2]
 
 
 def without_credentials(location: str) -> str:
@@ -52,15 +57,32 @@ def without_credentials(location: str) -> str:
 
 def location_problem(location: str | Path) -> str | None:
     """Why the trainer does not read an OUT at `location`, or None: a local path, `s3://` or
-    `file://` without credentials is read; another scheme is refused before any request."""
+    `file://` without credentials, query or fragment is read; another scheme is refused
+    before any request."""
     if has_credentials(location):
         return ("a URI with credentials (user:secret@) is refused: give them through the "
                 "AWS environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...)")
-    scheme = str(location).split("://", 1)[0] if is_uri(location) else None
-    if scheme is not None and scheme not in READ_SCHEMES:
+    if not is_uri(location):
+        return None
+    scheme = str(location).split("://", 1)[0]
+    if scheme not in READ_SCHEMES:
         return (f"{shown(scheme)[:40]}:// is not read here: an OUT is a local path, s3:// "
                 f"or file://")
+    # pyarrow's from_uri takes options from the query (?endpoint_override=host sends every
+    # request, signed with the environment's credentials, to that host); a fragment is no
+    # part of an object's key either
+    if "?" in str(location) or "#" in str(location):
+        return ("a URI with a query string or fragment (?... #...) is refused: pyarrow reads "
+                "options such as endpoint_override from it; set the endpoint through the AWS "
+                "environment (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL)")
     return None
+
+
+def refuse_location(location: str | Path, label: str = "--shards") -> None:
+    """ValueError `<label> <location>: <why>` when `location_problem` refuses it, the location
+    shown without credentials: one wording for the eval config and the leak check."""
+    if problem := location_problem(location):
+        raise ValueError(f"{label} {shown(without_credentials(str(location)))}: {problem}")
 
 
 def shown(text: str | Path) -> str:

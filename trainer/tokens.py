@@ -34,10 +34,13 @@ class TextTokenizer:
     def __init__(self, directory: str | Path) -> None:
         from tokenizers import Tokenizer
 
-        from datagen.bounded_read import read_bounded  # a FIFO or /dev/zero: one OSError
+        from datagen.bounded_read import irregular_kind, read_bounded  # a FIFO: one OSError
 
         self.directory = Path(directory)
-        self.backend = Tokenizer.from_file(str(self.directory / "tokenizer.json"))
+        tokenizer_file = self.directory / "tokenizer.json"
+        if kind := irregular_kind(tokenizer_file):  # from_file waited on a FIFO forever
+            raise OSError(f"{tokenizer_file} is not a regular file ({kind})")
+        self.backend = Tokenizer.from_file(str(tokenizer_file))
         config_file = self.directory / "tokenizer_config.json"
         config = json.loads(read_bounded(config_file, MAX_CONFIG_BYTES)) \
             if config_file.exists() else {}
@@ -95,7 +98,7 @@ def tokenizer_problem(path: str | Path) -> str | None:
     directory = Path(path)
     if not directory.is_dir():
         return f"tokenizer {path} is not a directory"
-    if not (directory / "tokenizer.json").is_file():
+    if not (directory / "tokenizer.json").exists():  # a FIFO there is refused by the load
         return f"tokenizer {path} has no tokenizer.json (build one: scripts/build_tokenizer.py)"
     try:
         special_ids(load_tokenizer(str(directory)))

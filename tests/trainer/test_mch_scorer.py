@@ -49,3 +49,19 @@ def test_mch_scorer_needs_a_checkpoint_with_a_head(checkpoint, tmp_path):
     no_head.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="no meta-cognitive head"):
         make_mch_scorer({"checkpoint": str(tmp_path), "tokenizer": str(checkpoint)})
+
+
+def test_a_checkpoint_whose_config_is_a_fifo_is_refused_not_waited_on(checkpoint, tmp_path):
+    """from_pretrained opened a FIFO config.json and waited for a writer forever (in a chunk
+    worker: the run hung); the checkpoint check runs first, as in `trainer eval`."""
+    import os
+    import shutil
+
+    from trainer.checkpoint_check import CheckpointError
+
+    bent = tmp_path / "bent"
+    shutil.copytree(checkpoint, bent)
+    (bent / "config.json").unlink()
+    os.mkfifo(bent / "config.json")
+    with pytest.raises(CheckpointError, match="scorer_options.checkpoint .*FIFO"):
+        make_mch_scorer({"checkpoint": str(bent)})
