@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+from pydantic import (BaseModel, Field, ValidationError, field_validator,
                       model_validator)
 
 from datagen.config_files import ConfigError, read_yaml, set_dotted, shape_problem
 from datagen.config_files import parse_override  # noqa: F401  (the CLI's and tests' import)
+from datagen.config_model import ConfigModel
 from datagen.credentials import redact_credentials
 from datagen.envs import DEFAULT_ENVS, available_envs, import_modules, resolve_env
 # backend sections live with the teachers, and the bounds they share with this config
@@ -74,8 +75,8 @@ def custom_resource_problem(name: str, amount: float) -> str | None:
     return ray_amount_problem(amount)
 
 
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class StrictModel(ConfigModel):
+    """Unknown keys refused, frozen, no true/false for a number (datagen/config_model.py)."""
 
 
 class EnvConfig(StrictModel):

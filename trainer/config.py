@@ -20,11 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from datagen.teachers.config import MAX_IN_FLIGHT, Temperature
 
 from datagen.config_files import ConfigError, parse_override, read_yaml, set_dotted, shape_problem
+from datagen.config_model import ConfigModel
 from trainer.pair_weights import KindWeights, check_kind_weights
 
 
-class StrictModel(BaseModel):
-    # no inf / nan anywhere: a learning rate, weight or reward of inf trains on NaN
+class StrictModel(ConfigModel):
+    # no inf / nan anywhere: a learning rate, weight or reward of inf trains on NaN; no
+    # true/false for a number (datagen/config_model.py)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
@@ -51,6 +53,7 @@ MAX_LR = 1.0
 # gradient's overall scale): a ratio of a million already mutes the other terms, and a weight
 # of 1e6 times a loss of ~10 stays far inside float32 (and bf16) range.
 MAX_LOSS_WEIGHT = 1e6
+MIN_TABLE_WEIGHT = 1e-6  # a table weighted less trains on nothing (1e-300 is 0 in float32)
 # Rewards are in units the episode sums (success 1, penalties 0.05-0.5 a turn); GAE squares
 # returns in the value loss, so 1e6 x 256 turns, squared, is still ~1e17, finite in float32.
 MAX_REWARD = 1e6
@@ -144,10 +147,12 @@ class DataConfig(StrictModel):
         unused = sorted(set(self.table_weights) - set(self.tables))
         if unused:
             raise ValueError(f"table_weights names {unused}, not in tables {list(self.tables)}")
-        negative = sorted(name for name, weight in self.table_weights.items() if weight <= 0)
-        if negative:
-            raise ValueError(f"table_weights of {negative} must be > 0 (drop the table from "
-                             f"tables instead)")
+        # 1e-300 passed "> 0" and became 0 in float32: the table read, trained on nothing
+        too_small = sorted(name for name, weight in self.table_weights.items()
+                           if weight < MIN_TABLE_WEIGHT)
+        if too_small:
+            raise ValueError(f"table_weights of {too_small} must be >= {MIN_TABLE_WEIGHT:g} "
+                             f"(drop the table from tables instead)")
         return self
 
 
@@ -177,6 +182,12 @@ class LossConfig(StrictModel):
         if self.teacher == "online" and not self.teacher_model:
             raise ValueError("teacher 'online' needs teacher_model")
         return self
+
+    def trains_nothing(self, use_mch: bool) -> bool:
+        """Whether every term of the sad objective is weighted 0: the loss is 0 at every
+        step, and a run would report max_steps of training that moved no weight."""
+        lm_terms = self.objective != "sad" or self.lambda_reason > 0 or self.lambda_act > 0
+        return not lm_terms and not (use_mch and self.mch_weight > 0)
 
 
 PreferenceSource = Literal["negative", "repair", "safety"]
@@ -502,6 +513,14 @@ class TrainConfig(StrictModel):
         if shards is not None and (problem := location_problem(shards)):
             raise ValueError(problem)
         return shards
+
+    @model_validator(mode="after")
+    def _some_loss(self) -> "TrainConfig":
+        if self.recipe == "sad" and self.loss.trains_nothing(self.model.use_mch):
+            raise ValueError("loss.lambda_reason and loss.lambda_act are both 0 and there is "
+                             "no MCH loss (model.use_mch with loss.mch_weight > 0): every "
+                             "step's loss would be 0; set one of them above 0")
+        return self
 
     @model_validator(mode="after")
     def _recipe_sections(self) -> "TrainConfig":

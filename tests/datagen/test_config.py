@@ -24,6 +24,8 @@ def test_demo_config_loads():
     ("num_trajectoriez: 5\n", ["num_trajectoriez: unknown field"]),
     ("num_trajectories: many\n", ["num_trajectories:", "integer"]),
     ("num_trajectories: 0\n", ["num_trajectories:", "greater than or equal to 1"]),
+    # pydantic's lax mode read `true` as 1: chunks of one trajectory
+    ("chunk_size: true\n", ["chunk_size:", "a number is expected, not true/false"]),
     ("envs:\n  - name: sql\n  - name: nosuch\n", ["envs.1.name:", "unknown environment 'nosuch'",
                                                    "allowed:", "enterprise, fs, sql"]),
     ("envs:\n  - name: sql\n    weight: -1\n", ["envs.0.weight:"]),

@@ -55,13 +55,35 @@ def test_overrides_are_typed_and_dotted():
     ("data.tables=[trajectories, bogus]", "data.tables"),
     ("data.tables=[repairs, repairs]", "lists a table twice"),
     ("data.table_weights={repairs: 0.5}", "names \\['repairs'\\], not in tables"),
-    ("data.table_weights={trajectories: 0}", "must be > 0"),
+    ("data.table_weights={trajectories: 0}", "must be >= 1e-06"),
+    ("data.table_weights={trajectories: 1e-300}", "must be >= 1e-06"),  # 0 in float32
+    ("run.max_steps=true", "run.max_steps: a number is expected, not true/false"),
+    ("optim.lr=false", "optim.lr: a number is expected"),
+    ("loss.lambda_reason=0", None),  # one term left: trains
+    ("loss.lambda_act=0", None),
     ("run.max_failures=-1", "run.max_failures"),  # -1 (Ray's "retry forever") is not offered
     ("run.max_failures=1000", "run.max_failures"),
 ])
 def test_invalid_values_are_reported_with_their_field(override, message):
+    if message is None:
+        load_config(ROOT / "configs" / "train_tiny.yaml", [override])
+        return
     with pytest.raises(ConfigError, match=message):
         load_config(ROOT / "configs" / "train_tiny.yaml", [override])
+
+
+@pytest.mark.parametrize("use_mch,mch_weight,trains", [(False, 0.5, False), (True, 0, False),
+                                                         (True, 0.5, True)])
+def test_a_sad_run_whose_every_loss_term_is_weighted_0_is_refused(use_mch, mch_weight, trains):
+    """All weights 0: the loss was 0 at every step and the run reported max_steps of
+    training that moved nothing."""
+    overrides = ["loss.lambda_reason=0", "loss.lambda_act=0", f"model.use_mch={use_mch}",
+                 f"loss.mch_weight={mch_weight}"]
+    if trains:
+        load_config(ROOT / "configs" / "train_tiny.yaml", overrides)
+        return
+    with pytest.raises(ConfigError, match="every step's loss would be 0"):
+        load_config(ROOT / "configs" / "train_tiny.yaml", overrides)
 
 
 def test_pcgrad_requires_the_sad_objective():
