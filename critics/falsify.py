@@ -27,7 +27,7 @@ from typing import Callable
 import orjson
 
 from critics.critique import brief, tool_spec
-from critics.llm_critic import Complete, check_answered
+from critics.llm_critic import Complete, check_answered, tag_pattern, tagged_block
 from datagen.chat import render_call
 from datagen.types import Trajectory
 from mutators import validate_detailed
@@ -105,7 +105,7 @@ FALSIFY_INSTRUCTIONS = (
     "<step>N</step><reason>...</reason>\n<verdict>none</verdict>"
 )
 _STEP = re.compile(r"<step>\s*(\d{1,4})\s*</step>", re.I)
-_REASON = re.compile(r"<reason>(.*?)</reason>", re.S | re.I)
+_REASON = tag_pattern("reason")
 _NONE = re.compile(r"<verdict>\s*none\s*</verdict>", re.I)
 
 
@@ -131,10 +131,9 @@ def parse_falsify_reply(reply: str | BaseException, n_steps: int) -> Verdict:
                        reason=brief(f"{type(reply).__name__}: {reply}", 300))
     if not isinstance(reply, str):
         return Verdict("llm", None, kind="unreadable_reply", reason="reply is not text")
-    step, reason = _STEP.search(reply), _REASON.search(reply)
-    if step and reason and reason.group(1).strip() and int(step.group(1)) < n_steps:
-        return Verdict("llm", True, int(step.group(1)), "critic", brief(reason.group(1).strip(),
-                                                                         300))
+    step, reason = _STEP.search(reply), (tagged_block(reply, _REASON) or "").strip()
+    if step and reason and int(step.group(1)) < n_steps:
+        return Verdict("llm", True, int(step.group(1)), "critic", brief(reason, 300))
     if _NONE.search(reply):
         return Verdict("llm", False)
     return Verdict("llm", None, kind="unreadable_reply", reason=brief(reply, 200))

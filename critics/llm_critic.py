@@ -28,8 +28,28 @@ from datagen.chat import render_call
 from datagen.teachers.base import BackendAnsweredNone, answered_none
 from datagen.types import ToolCall
 
-_CRITIQUE = re.compile(r"<critique>(.*?)</critique>", re.S | re.I)
-_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S | re.I)
+
+def tag_pattern(tag: str) -> tuple[re.Pattern, re.Pattern]:
+    """The opening and closing tag of a `<tag>...</tag>` block, case-insensitive."""
+    return re.compile(f"<{tag}>", re.I), re.compile(f"</{tag}>", re.I)
+
+
+def tagged_block(reply: str, tags: tuple[re.Pattern, re.Pattern]) -> str | None:
+    """What the first opening tag and the first closing tag after it enclose, or None: the
+    leftmost match of `<tag>(.*?)</tag>` (re.S | re.I), found in linear time. That regex tried
+    each opening tag in turn and scanned to the end of the reply from each (a reply of 32K
+    `<critique>` did not finish in 120 s); if the first has no closing tag after it, no later
+    one has either."""
+    opening, closing = tags
+    start = opening.search(reply)
+    if start is None:
+        return None
+    end = closing.search(reply, start.end())
+    return None if end is None else reply[start.end():end.start()]
+
+
+_CRITIQUE = tag_pattern("critique")
+_CALL = tag_pattern("tool_call")
 
 CRITIC_SYSTEM_PROMPT = "You are a careful reviewer of the tool calls an AI agent makes."
 
@@ -72,15 +92,14 @@ def parse_reply(reply: str) -> Critique:
     """Critique + corrected call from a model reply; never raises."""
     if not isinstance(reply, str):
         return Critique("", None, f"reply is {type(reply).__name__}, not text")
-    critique = _CRITIQUE.search(reply)
-    text = critique.group(1).strip() if critique else ""
+    text = (tagged_block(reply, _CRITIQUE) or "").strip()
     if not text:
         return Critique("", None, "no <critique> block")
-    block = _CALL.search(reply)
+    block = tagged_block(reply, _CALL)
     if block is None:
         return Critique(text, None, "no <tool_call> block")
     try:
-        payload = orjson.loads(block.group(1).strip())
+        payload = orjson.loads(block.strip())
     except orjson.JSONDecodeError as exc:
         return Critique(text, None, f"tool call is not valid JSON: {exc}")
     name = payload.get("name") if isinstance(payload, dict) else None

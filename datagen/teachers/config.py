@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, field_validator,
                       model_validator)
@@ -166,6 +167,11 @@ def check_logit_bias(sampling: SamplingConfig, vocab_size: int,
         raise LogitBiasOutsideVocab(field, outside, vocab_size)
 
 
+def _has_userinfo(url: str) -> bool:
+    """Whether `url` carries user[:password]@ (sent as Basic auth)."""
+    return "@" in urlsplit(url).netloc
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -274,6 +280,12 @@ class OpenAIConfig(_Strict):
                              "is our own rendering of the template, as token ids)")
         if self.min_concurrency > self.max_concurrency:
             raise ValueError("openai.min_concurrency must be <= openai.max_concurrency")
+        if self.api_key_env is not None and _has_userinfo(self.base_url):
+            # aiohttp refuses to send both (ValueError "Cannot combine AUTHORIZATION header
+            # with ... credentials encoded in URL") on every request of the run
+            raise ValueError("openai.base_url carries user:password@ and openai.api_key_env "
+                             "names an API key: an endpoint takes one of them (Basic auth from "
+                             "the URL, or the key as a Bearer token); remove the other")
         return self
 
 

@@ -7,6 +7,11 @@ the turn fails and the episode records why. A body is malformed when any part of
 wrong shape, a usage count is not a sane integer, it is larger than the request could produce
 (`max_body_bytes`: reading stops there, so an endless body costs bounded memory) or the turn's
 text is (`check_turn_size`); like a 5xx it may be a glitch of one response, so it is retried.
+Other 4xx are final, and so is a redirect: it is not followed (the prompt would go wherever it
+points), the error asks for the final URL in base_url. So is an error of our own request
+(aiohttp refusing to build it): every retry would fail the same way. A 200 body is parsed in a
+worker thread, so its secret search (linear, but a few seconds per MB of a body that echoes
+the key throughout) does not hold up the other episodes' requests.
 Only fully parsed bodies go to the request cache (`cache.py`), so a resumed run replays them
 for free. Usage gives token counts and cost.
 
@@ -14,8 +19,9 @@ The API key is read once from the environment variable the config names. It is s
 Authorization header and nowhere else, and nothing the endpoint sends back is kept with it: a
 server may echo request headers into an error body or a 200's id or content, raw or encoded
 (`redact.py`). Error texts are redacted before they are cut, recorded or logged; a 200 body that
-carries the key has every string in it redacted before it is parsed into a row or cached. The
-password of a `user:password@` endpoint URL is treated the same way.
+carries the key has every string in it redacted before it is stored in a row or cached. The
+password of a `user:password@` endpoint URL is treated the same way, in each form it is
+written or sent (`url_secrets`).
 
 Tool formats: `template` (default) keeps the model's turn as text with `<tool_call>` blocks -
 exactly what a Qwen-template server (vLLM, SGLang) generated; `native` uses the API's tools /
@@ -30,13 +36,16 @@ so the teacher's later distributions would be conditioned on ids other than the 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
 import random
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import orjson
 
@@ -60,6 +69,16 @@ RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
 MALFORMED = (ValueError, TypeError, RecursionError)
 
 
+@dataclass
+class _Attempt:
+    """What one request came to: the answer (the cacheable body and the turn), or why not."""
+
+    answer: tuple[bytes, Generation] | None = None
+    failure: str = ""
+    retryable: bool = True
+    retry_after: str | None = None
+
+
 def backoff_seconds(attempt: int, base: float, cap: float, retry_after: str | None) -> float:
     """Full-jitter exponential backoff; a numeric Retry-After is a lower bound (within cap)."""
     delay = random.uniform(0, min(cap, base * 2 ** attempt))
@@ -69,6 +88,28 @@ def backoff_seconds(attempt: int, base: float, cap: float, retry_after: str | No
         except ValueError:
             pass  # an HTTP-date Retry-After: the jittered backoff is good enough
     return delay
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secrets of a `user:password@` URL: its password as written (percent-escaped) and as
+    sent - decoded, alone and as the `user:password` that Basic auth base64-encodes. An echo of
+    the Authorization header holds only the decoded forms (a `%24` in the URL is a `$` there)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return []
+    password = unquote(parts.password)
+    credentials = f"{unquote(parts.username or '')}:{password}"
+    return [parts.password, password, credentials, *_latin1_basic(credentials)]
+
+
+def _latin1_basic(credentials: str) -> list[str]:
+    """The Basic auth header aiohttp sends for a non-ASCII password: base64 of the Latin-1
+    bytes, which the redactor (it encodes secrets as UTF-8) would not find otherwise."""
+    try:
+        latin1 = credentials.encode("latin-1")
+    except UnicodeEncodeError:
+        return []
+    return [base64.b64encode(latin1).decode()] if latin1 != credentials.encode() else []
 
 
 def _public_url(url: str) -> str:
@@ -86,8 +127,9 @@ class OpenAIBackend(TurnBackend):
         endpoint = "/completions" if config.token_ids else "/chat/completions"
         self.url = config.base_url.rstrip("/") + endpoint
         self._api_key = self._read_key(config.api_key_env)
-        self.redactor = Redactor([self._api_key, urlsplit(config.base_url).password])
+        self.redactor = Redactor([self._api_key, *url_secrets(config.base_url)])
         self.redacted_responses = 0  # responses (or cached bodies) that carried a secret
+        self._counting = threading.Lock()  # bodies are parsed in worker threads
         self.limiter = AIMDLimiter(config.initial_concurrency, config.min_concurrency,
                                    config.max_concurrency)
         directory = config.cache_dir or cache_dir
@@ -215,23 +257,37 @@ class OpenAIBackend(TurnBackend):
         return orjson.dumps(response), response
 
     def _count_redaction(self) -> None:
-        self.redacted_responses += 1
-        if self.redacted_responses == 1:
+        with self._counting:
+            self.redacted_responses += 1
+            first = self.redacted_responses == 1
+        if first:
             log.warning("the endpoint %s sent back the API key (or a part or an encoding of it); "
                         "it is stored as [redacted]", self.describe()["endpoint"])
 
     def _parse(self, raw: bytes, max_tokens: int) -> tuple[bytes, Generation]:
         """A 200 body -> (the bytes the cache may store, redacted; the turn). Raises
-        MalformedResponse (or another of MALFORMED) on a body that is not a full answer."""
-        raw, response = self._scrub(raw, orjson.loads(raw))
-        gen = (parse_completion(response, self.tokenizer, self.sampling.logprobs)
-               if self.config.token_ids else parse_choice(response))
-        check_turn_size(gen, max_tokens)
+        MalformedResponse (or another of MALFORMED) on a body that is not a full answer.
+        The turn's size is checked before the body is searched for secrets, so an oversized
+        turn costs no search (its error names sizes only; other parse errors are redacted
+        where they are recorded, `_malformed`); a body that carries one is read again from
+        its redacted strings."""
+        response = orjson.loads(raw)
+        gen = self._read(response, max_tokens)
+        raw, scrubbed = self._scrub(raw, response)
+        if scrubbed is not response:
+            gen = self._read(scrubbed, max_tokens)
         if self.config.token_ids:
             self._redact_decoded(gen)
         gen.cost_usd = (gen.prompt_tokens * self.config.usd_per_million_input_tokens
                         + gen.completion_tokens * self.config.usd_per_million_output_tokens) / 1e6
         return raw, gen
+
+    def _read(self, response: Any, max_tokens: int) -> Generation:
+        """The turn in a decoded body, refused when longer than `max_tokens` could make."""
+        gen = (parse_completion(response, self.tokenizer, self.sampling.logprobs, max_tokens)
+               if self.config.token_ids else parse_choice(response))
+        check_turn_size(gen, max_tokens)
+        return gen
 
     def _malformed(self, exc: Exception) -> str:
         detail = str(exc) if isinstance(exc, MalformedResponse) else f"{type(exc).__name__}: {exc}"
@@ -251,36 +307,54 @@ class OpenAIBackend(TurnBackend):
         """POST until a readable 200 or a final failure: (raw body to cache, turn, retries)."""
         failure = "no attempt made"
         for attempt in range(self.config.max_retries + 1):
-            retry_after = None
             async with self.limiter.slot() as slot:
-                try:
-                    status, raw, retry_after = await self._post(payload)
-                    if status == 200:
-                        raw, gen = self._parse(raw, max_tokens)
-                        slot.succeeded = True
-                        return raw, gen, attempt
-                    failure = f"HTTP {status}: {self.redactor.excerpt(raw, 200)}"
-                    slot.throttled = status == 429
-                    if status not in RETRYABLE_STATUS:  # 400, 401, 404...: retrying will not help
-                        return b"", Generation(error=failure), attempt
-                except MALFORMED as exc:
-                    failure = self._malformed(exc)
-                except Exception as exc:  # timeouts, resets, refused connections
-                    failure = self._describe_transport_error(exc)
+                tried = await self._attempt(payload, max_tokens, slot)
+            if tried.answer is not None:
+                return *tried.answer, attempt
+            failure = tried.failure
+            if not tried.retryable:
+                return b"", Generation(error=failure), attempt
             if attempt < self.config.max_retries:
                 delay = backoff_seconds(attempt, self.config.backoff_base_s,
-                                        self.config.backoff_max_s, retry_after)
+                                        self.config.backoff_max_s, tried.retry_after)
                 log.info("retry %d/%d in %.2fs after %s", attempt + 1, self.config.max_retries,
                          delay, failure[:120])  # every failure text is redacted where it is made
                 await asyncio.sleep(delay)
         return b"", Generation(error=f"gave up after {self.config.max_retries + 1} attempts: "
                                      f"{failure}"), self.config.max_retries
 
-    async def _post(self, payload: bytes) -> tuple[int, bytes, str | None]:
+    async def _attempt(self, payload: bytes, max_tokens: int, slot: Any) -> _Attempt:
+        """One request and what came of it."""
+        try:
+            status, raw, retry_after, location = await self._post(payload)
+        except MalformedResponse as exc:  # a body past max_body_bytes
+            return _Attempt(failure=self._malformed(exc))
+        except Exception as exc:  # timeouts, resets, refused connections - or our own request
+            return _Attempt(failure=self._describe_transport_error(exc),
+                            retryable=not _is_local_error(exc))
+        if status == 200:
+            try:  # off the event loop: a large body's secret search must not stall the others
+                answer = await asyncio.to_thread(self._parse, raw, max_tokens)
+            except MALFORMED as exc:
+                return _Attempt(failure=self._malformed(exc))
+            slot.succeeded = True
+            return _Attempt(answer=answer)
+        slot.throttled = status == 429
+        failure = f"HTTP {status}: {self.redactor.excerpt(raw, 200)}"
+        if 300 <= status < 400:  # the body (the prompt) would go to wherever it points
+            failure = (f"HTTP {status}: redirects are not followed; set base_url to the final "
+                       f"URL (Location: {self.redactor.excerpt(location or '', 200)})")
+        # 400, 401, 404, a redirect...: retrying will not help
+        return _Attempt(failure=failure, retryable=status in RETRYABLE_STATUS,
+                        retry_after=retry_after)
+
+    async def _post(self, payload: bytes) -> tuple[int, bytes, str | None, str | None]:
+        """(status, body, Retry-After, Location) of one POST; a redirect is not followed: it
+        would send the prompt to another host (aiohttp drops only the key)."""
         self.requests_sent += 1
-        async with self._session.post(self.url, data=payload) as response:
+        async with self._session.post(self.url, data=payload, allow_redirects=False) as response:
             return (response.status, await self._read_capped(response),
-                    response.headers.get("Retry-After"))
+                    response.headers.get("Retry-After"), response.headers.get("Location"))
 
     async def _read_capped(self, response: Any) -> bytes:
         """The body, read no further than `max_body_bytes` (an endless body would fill memory)."""
@@ -298,7 +372,20 @@ class OpenAIBackend(TurnBackend):
     def _describe_transport_error(self, exc: Exception) -> str:
         if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
             return f"timeout after {self.config.timeout_s}s"
-        return f"connection error: {type(exc).__name__}: {self.redactor.excerpt(str(exc), 160)}"
+        kind = "request not sent" if _is_local_error(exc) else "connection error"
+        return f"{kind}: {type(exc).__name__}: {self.redactor.excerpt(str(exc), 160)}"
+
+
+def _is_local_error(exc: Exception) -> bool:
+    """An error of building or sending our own request (aiohttp's ValueError for a header it
+    refuses, a TypeError of a bad argument), not of the network or the response: every retry
+    would fail the same way. aiohttp's own errors (ClientError) are transport failures, except
+    an invalid URL."""
+    import aiohttp
+
+    if isinstance(exc, aiohttp.InvalidURL):
+        return True
+    return isinstance(exc, (ValueError, TypeError)) and not isinstance(exc, aiohttp.ClientError)
 
 
 def make_openai_teacher(config: TeacherConfig, work_dir: str | None = None) -> LLMTeacher:

@@ -8,6 +8,7 @@ checked before it is used: a body that is not what the protocol says raises `Mal
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -28,6 +29,9 @@ MAX_CHARS_PER_TOKEN = 256
 # the average. Small requests get the floor, far above any real chat-completions body.
 BYTES_PER_TOKEN_CANDIDATE = 256
 MIN_BODY_BYTES = 8 << 20
+# A log-probability is <= 0; servers round a near-certain token's to a hair above it. Anything
+# larger (7.5), or inf/nan (1e300 is inf in the float32 the trainer reads), makes its KL inf.
+MAX_LOGPROB = 1e-4
 
 
 class MalformedResponse(ValueError):
@@ -103,15 +107,35 @@ def native_call_text(tool_calls: list[dict[str, Any]]) -> str:
     return "\n".join(blocks)
 
 
-def parse_completion(body: dict[str, Any], tokenizer: Any, k: int) -> Generation:
+def _logprob(value: Any) -> float:
+    """A top-k log-probability: a finite number no larger than MAX_LOGPROB."""
+    number = float(value)
+    if not (math.isfinite(number) and number <= MAX_LOGPROB):
+        raise MalformedResponse(f"a top-k logprob is {str(value)[:40]}, expected a finite "
+                                f"number <= 0")
+    return number
+
+
+def _checked_tokens(logprobs: dict[str, Any], max_tokens: int | None) -> list[Any]:
+    """The generated tokens, refused when more than the request let the model generate
+    (before they are decoded: a padded body of a million ids would be decoded first)."""
+    tokens = _expect(logprobs.get("tokens") or [], list, "tokens")
+    if max_tokens is not None and len(tokens) > max_tokens:
+        raise MalformedResponse(f"{len(tokens)} generated tokens, more than the turn's "
+                                f"max_tokens {max_tokens}")
+    return tokens
+
+
+def parse_completion(body: dict[str, Any], tokenizer: Any, k: int,
+                     max_tokens: int | None = None) -> Generation:
     """A /v1/completions body of a vLLM server asked for token ids -> Generation with the exact
     generated ids and their top-k (vLLM lists k+1 candidates: the sampled token and the top k;
-    the sampled one is dropped unless it is in the top k). Raises on a malformed body."""
+    the sampled one is dropped unless it is in the top k). Raises on a malformed body: one with
+    more ids than `max_tokens`, or a top-k logprob that is not a finite number <= 0."""
     choice = _first_choice(body)
     logprobs = _expect(choice.get("logprobs") or {}, dict, "logprobs")
     vocab = len(tokenizer)
-    ids = [_token_id(token, vocab)
-           for token in _expect(logprobs.get("tokens") or [], list, "tokens")]
+    ids = [_token_id(token, vocab) for token in _checked_tokens(logprobs, max_tokens)]
     gen = Generation(text=turn_text(tokenizer, ids), token_ids=ids,
                      finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
                      prompt_tokens=_usage(body, "prompt_tokens", 0),
@@ -122,7 +146,7 @@ def parse_completion(body: dict[str, Any], tokenizer: Any, k: int) -> Generation
                 for candidates in _expect(logprobs.get("top_logprobs") or [], list,
                                           "top_logprobs")]
         gen.topk_ids = [[_token_id(token, vocab) for token, _ in top] for top in tops]
-        gen.topk_logprobs = [[float(value) for _, value in top] for top in tops]
+        gen.topk_logprobs = [[_logprob(value) for _, value in top] for top in tops]
     return gen
 
 

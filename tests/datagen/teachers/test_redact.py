@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 
 import orjson
 import pytest
@@ -112,3 +113,41 @@ def test_fuzz_no_fragment_survives(before, after, start, width, encoding, cut):
     text = f"{before}{ECHO_ENCODINGS[encoding](fragment)}{after}"
     assert leaks(KEY, REDACTOR.redact(text)) == []
     assert leaks(KEY, REDACTOR.excerpt(text, cut)) == []
+
+
+# The escape pattern before it was made linear: the reference for which regions are escapes.
+_QUADRATIC_ESCAPE = r"\\(?:\\*u([0-9a-fA-F]{4})|\\*(/))|%([0-9a-fA-F]{2}(?:%[0-9a-fA-F]{2})*)" \
+                    r"|&#(?:(\d{1,7})|[xX]([0-9a-fA-F]{1,6}));"
+
+
+def test_escapes_are_the_regions_the_quadratic_pattern_found():
+    import random
+    import re
+
+    from datagen.teachers.redact import _ESCAPE
+
+    reference = re.compile(_QUADRATIC_ESCAPE)
+    rng = random.Random(3)
+    alphabet = ["\\"] * 6 + list("u/0aF9g%&#x;Xn")
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24)))
+        assert ([(m.span(), m.groups()) for m in _ESCAPE.finditer(text)]
+                == [(m.span(), m.groups()) for m in reference.finditer(text)]), text
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("tail", ["", "n", "u00zz", "u0041", "/"])
+def test_a_long_run_of_backslashes_is_searched_at_once(tail):
+    # 80K backslashes took the quadratic pattern 62 s; 300K would take ~15 minutes
+    text = "\\" * 300_000 + tail + KEY
+    started = time.perf_counter()
+    redacted = REDACTOR.redact(text)
+    assert time.perf_counter() - started < 5.0
+    assert redacted == "\\" * 300_000 + tail + REDACTED
+
+
+def test_a_body_that_repeats_the_key_is_one_redacted_run():
+    text = KEY * 2_000
+    assert REDACTOR.redact(text) == REDACTED
+    cut = REDACTOR.redact(text[:5000] + "|" + text[5001:10000])
+    assert cut == f"{REDACTED}|{REDACTED}" and leaks(KEY, cut) == []
