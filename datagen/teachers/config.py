@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, field_validator,
-                      model_validator)
+from pydantic import AfterValidator, Field, field_validator, model_validator
 from pydantic_core import core_schema
 
+from datagen.config_model import ConfigModel
 from datagen.teachers.registry import SECTIONS, backend_spec
 
 TEACHER_BACKENDS = ("oracle", "hf", "openai", "vllm")  # datagen's own; more can be registered
@@ -172,8 +172,8 @@ def _has_userinfo(url: str) -> bool:
     return "@" in urlsplit(url).netloc
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Strict(ConfigModel):
+    """Unknown keys refused, frozen, no true/false for a number (datagen/config_model.py)."""
 
 
 class SamplingConfig(_Strict):

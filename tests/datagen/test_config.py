@@ -26,6 +26,8 @@ def test_demo_config_loads():
     ("num_trajectories: 0\n", ["num_trajectories:", "greater than or equal to 1"]),
     # pydantic's lax mode read `true` as 1: chunks of one trajectory
     ("chunk_size: true\n", ["chunk_size:", "a number is expected, not true/false"]),
+    ("teacher:\n  sampling:\n    temperature: true\n", ["teacher.sampling.temperature:",
+                                                          "a number is expected"]),
     ("envs:\n  - name: sql\n  - name: nosuch\n", ["envs.1.name:", "unknown environment 'nosuch'",
                                                    "allowed:", "enterprise, fs, sql"]),
     ("envs:\n  - name: sql\n    weight: -1\n", ["envs.0.weight:"]),
