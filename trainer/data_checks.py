@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trainer.contract import (PREFERENCE_COLUMNS, REPAIR_KEY, SPAN_KINDS, TOKENIZER_COLUMN,
-                              TRAJECTORY_COLUMNS)
+                              TOPK_COLUMNS, TRAJECTORY_COLUMNS)
 from trainer.shard_files import is_uri
 
 
@@ -101,19 +101,111 @@ def check_spans(table: pa.Table, path: str | None = None) -> None:
 def check_token_lists(table: pa.Table, vocab_size: int, path: str | None = None) -> None:
     """Stored tokens: `span_ids` as long as `input_ids` per row (else labels of the batch's
     later rows shift), span ids known, token ids inside the vocabulary."""
-    check_not_null(table, ("input_ids", "span_ids"), path)
+    check_token_lengths(table, with_topk=False, path=path)
+    check_token_values(table, vocab_size, path)
+
+
+def _row_lengths(table: pa.Table, name: str) -> np.ndarray:
+    return _numbers(pc.list_value_length(table.column(name))).astype(np.int64)
+
+
+def check_token_lengths(table: pa.Table, with_topk: bool, path: str | None = None) -> None:
+    """Per row, `span_ids` (and, `with_topk`, the top-k columns: one list per token, or none
+    stored) as long as `input_ids`: a longer or shorter list shifts the labels or teacher
+    targets of every later document of its micro-batch (they are cut at the summed lengths).
+    Lengths only (the offsets, no values), so it runs on the whole rows, before the
+    max_seq_len cut that the value checks see."""
+    names = ("input_ids", "span_ids") + (TOPK_COLUMNS if with_topk else ())
+    check_not_null(table, names, path)
+    lengths = _row_lengths(table, "input_ids")
+    row = _first(lengths != _row_lengths(table, "span_ids"))
+    if row is not None:
+        raise row_error(table, row, "span_ids", f"has {_row_lengths(table, 'span_ids')[row]} "
+                        f"values for {lengths[row]} input_ids", path)
+    for name in TOPK_COLUMNS if with_topk else ():
+        counts = _row_lengths(table, name)
+        row = _first((counts != lengths) & (counts != 0))
+        if row is not None:
+            raise row_error(table, row, name, f"has {counts[row]} per-token lists for "
+                            f"{lengths[row]} input_ids (one per token, or none)", path)
+
+
+def check_token_values(table: pa.Table, vocab_size: int, path: str | None = None) -> None:
+    """Token ids inside the vocabulary, span ids known (lengths: check_token_lengths)."""
     ids, spans = table.column("input_ids"), table.column("span_ids")
     lengths = _numbers(pc.list_value_length(ids))
-    row = _first(lengths != _numbers(pc.list_value_length(spans)))
-    if row is not None:
-        raise row_error(table, row, "span_ids", f"has {len(spans[row])} values for "
-                        f"{lengths[row]} input_ids", path)
     for name, column, high in (("input_ids", ids, vocab_size), ("span_ids", spans, len(SPAN_KINDS))):
         values = _numbers(pc.list_flatten(column)).astype(np.int64)
         element = _first((values < 0) | (values >= high))
         if element is not None:
             row = int(np.searchsorted(np.cumsum(lengths), element, side="right"))
             raise row_error(table, row, name, f"holds {values[element]}, outside [0, {high})", path)
+
+
+# What datagen records, kept equal to it by a test (tests/trainer/test_topk_checks.py), not
+# imported: those modules pull asyncio and pydantic into every Ray Data worker. At most
+# sampling.logprobs (<= 20, the OpenAI API's maximum) candidates per token, and
+# log-probabilities <= openai_wire.MAX_LOGPROB (a server rounds a near-certain token's to a
+# hair above 0), compared in float32 as the column stores them. -inf is a zero probability
+# (the loss's padding value); nan, +inf or a positive value would make the KL nan or wrong.
+TOPK_MAX = 20
+TOPK_MAX_LOGPROB = np.float32(1e-4)
+
+
+def _token_error(table: pa.Table, token: int, column: str, problem: str,
+                 path: str | None) -> DataError:
+    """The DataError of the `token`-th per-token list of `column` (all rows flattened)."""
+    rows = _numbers(pc.list_parent_indices(table.column(column).combine_chunks()))
+    row = int(rows[token])
+    position = token - int(np.searchsorted(rows, row))
+    return row_error(table, row, column, f"token {position}: {problem}", path)
+
+
+def check_topk_values(table: pa.Table, vocab_size: int, path: str | None = None) -> None:
+    """Stored teacher top-k, per token: as many ids as log-probabilities, at most TOPK_MAX
+    (one token of 100,000 entries padded every token of its batch to that width: 3.3 GB),
+    ids inside the vocabulary (else the loss's gather fails), log-probabilities -inf or
+    finite and <= TOPK_MAX_LOGPROB. Row lengths: check_token_lengths (before the cut)."""
+    check_not_null(table, TOPK_COLUMNS, path)  # rows tokenised here skip check_token_lengths
+    ids = pc.list_flatten(table.column("teacher_topk_ids").combine_chunks())
+    logprobs = pc.list_flatten(table.column("teacher_topk_logprobs").combine_chunks())
+    for name, tokens in (("teacher_topk_ids", ids), ("teacher_topk_logprobs", logprobs)):
+        if tokens.null_count:
+            token = _first(_numbers(pc.is_null(tokens)).astype(bool))
+            raise _token_error(table, token, name, "has a null top-k list", path)
+    widths = _numbers(pc.list_value_length(ids)).astype(np.int64)
+    lp_widths = _numbers(pc.list_value_length(logprobs)).astype(np.int64)
+    token = _first(widths != lp_widths)
+    if token is not None:
+        raise _token_error(table, token, "teacher_topk_logprobs", f"has {lp_widths[token]} "
+                           f"log-probabilities for {widths[token]} top-k ids", path)
+    token = _first(widths > TOPK_MAX)
+    if token is not None:
+        raise _token_error(table, token, "teacher_topk_ids", f"has {widths[token]} "
+                           f"entries, more than {TOPK_MAX} (datagen records at most "
+                           f"{TOPK_MAX}: teacher sampling.logprobs)", path)
+    _check_topk_entries(table, ids, logprobs, vocab_size, path)
+
+
+def _check_topk_entries(table: pa.Table, ids: pa.Array, logprobs: pa.Array, vocab_size: int,
+                        path: str | None) -> None:
+    id_values, lp_values = pc.list_flatten(ids), pc.list_flatten(logprobs)
+    token_of = _numbers(pc.list_parent_indices(ids)).astype(np.int64)
+    for name, values in (("teacher_topk_ids", id_values), ("teacher_topk_logprobs", lp_values)):
+        if values.null_count:
+            element = _first(_numbers(pc.is_null(values)).astype(bool))
+            raise _token_error(table, token_of[element], name, "holds a null", path)
+    numbers = _numbers(id_values).astype(np.int64)
+    element = _first((numbers < 0) | (numbers >= vocab_size))
+    if element is not None:
+        raise _token_error(table, token_of[element], "teacher_topk_ids", f"holds "
+                           f"{numbers[element]}, outside [0, {vocab_size})", path)
+    numbers = _numbers(lp_values).astype(np.float32)
+    element = _first(np.isnan(numbers) | (numbers > TOPK_MAX_LOGPROB))
+    if element is not None:
+        raise _token_error(table, token_of[element], "teacher_topk_logprobs", f"holds "
+                           f"{numbers[element]}, not a log-probability (-inf or finite, <= "
+                           f"{float(TOPK_MAX_LOGPROB):g})", path)
 
 
 # -- column types per table, from a shard's footer (before any work) -------------------------

@@ -146,9 +146,34 @@ class DDPEngine:
         """Nothing sharded to load (see save_sharded)."""
 
 
+# The most bytes a DeepSpeed JSON may have (a real one is under 2 KiB).
+DEEPSPEED_JSON_BYTES = 1 << 20
+
+
+def deepspeed_json(path: str) -> dict[str, Any]:
+    """The JSON object at `path` (scaling.deepspeed_config), read bounded: a missing file, a
+    FIFO, a device, a huge file or anything but a JSON object is one ValueError naming the
+    field. Called on the driver before Ray starts (fit.check_deepspeed_config) and again in
+    each worker: a plain read there hung a fit on a FIFO forever, and a missing file failed
+    after 65 s of worker start with advice to rerun."""
+    from datagen.bounded_read import read_bounded
+
+    field = "scaling.deepspeed_config"
+    try:
+        config = json.loads(read_bounded(path, DEEPSPEED_JSON_BYTES))
+    except OSError as exc:
+        problem = f"{path}: {exc.strerror.lower()}" if exc.strerror else str(exc)
+        raise ValueError(f"{field}: {problem}") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{field}: {path} is not JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{field}: {path} holds a JSON {type(config).__name__}, not an object")
+    return config
+
+
 def read_deepspeed_config(path: str, micro_batch: int, optim: OptimConfig) -> dict[str, Any]:
     """The DeepSpeed JSON with the run's batch size, optimizer and clipping filled in."""
-    config = json.loads(Path(path).read_text())
+    config = deepspeed_json(path)
     config["train_micro_batch_size_per_gpu"] = micro_batch
     # One optimizer step per loop step, so run.max_steps, the schedule and the checkpoints
     # count the same thing under DDP and DeepSpeed; scale batch size with workers instead.

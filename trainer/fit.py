@@ -81,13 +81,30 @@ def absolute_paths(cfg: TrainConfig) -> TrainConfig:
                "tokenizer": absolute(cfg.tokenizer)}
     model = cfg.model.model_copy(update={"init_from": checkpoint_dir(absolute(cfg.model.init_from),
                                                                       "model.init_from")})
-    loss = cfg.loss.model_copy(update={"teacher_model": absolute(cfg.loss.teacher_model)})
+    teacher_model = absolute(cfg.loss.teacher_model)
+    if loads_teacher_model(cfg):
+        teacher_model = checkpoint_dir(teacher_model, "loss.teacher_model")
+    loss = cfg.loss.model_copy(update={"teacher_model": teacher_model})
     dpo = cfg.dpo.model_copy(update={"reference_model": checkpoint_dir(absolute(cfg.dpo.reference_model),
                                                                      "dpo.reference_model"),
                                      "reference_dir": absolute(cfg.dpo.reference_dir)})
     scaling = cfg.scaling.model_copy(update={"deepspeed_config": absolute(cfg.scaling.deepspeed_config)})
     return cfg.model_copy(update={**updates, "model": model, "loss": loss, "dpo": dpo,
                                   "scaling": scaling})
+
+
+def loads_teacher_model(cfg: TrainConfig) -> bool:
+    """Whether the workers load `loss.teacher_model` (trainer.recipes.sad.load_teacher)."""
+    return cfg.recipe == "sad" and cfg.loss.teacher == "online" and cfg.loss.objective != "sft"
+
+
+def check_deepspeed_config(cfg: TrainConfig) -> None:
+    """The DeepSpeed JSON read here, before Ray starts: a bad one is one line naming
+    scaling.deepspeed_config (a ValueError), not a worker failure after Ray's start."""
+    if cfg.scaling.strategy == "deepspeed":
+        from trainer.engines import deepspeed_json  # torch: the recipe imports it anyway
+
+        deepspeed_json(cfg.scaling.deepspeed_config)
 
 
 def failure_cause(exc: BaseException) -> str:
@@ -235,6 +252,7 @@ def ordered_ingest() -> Any:
 def fit(cfg: TrainConfig) -> FitResult:
     """Run (or resume) training as described by `cfg`; blocks until it ends."""
     cfg = absolute_paths(cfg)
+    check_deepspeed_config(cfg)
     recipe = load_recipe(cfg.recipe)
     if problem := tokenizer_problem(cfg.tokenizer):
         raise ValueError(problem)

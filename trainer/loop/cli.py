@@ -2,7 +2,8 @@
 
 Exit codes: 0 the loop ran (or was already done) and printed its round table; 1 a phase of a
 round failed (one line: round, phase, cause; rerunning continues there); 2 the config cannot
-run (the message names the field), said before any work starts."""
+run (the message names the field), said before any work starts, or a state file under OUT
+cannot be read (trainer.loop.rounds.StateFileError: the message names it and what to do)."""
 
 from __future__ import annotations
 

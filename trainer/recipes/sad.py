@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from trainer.config import TrainConfig
 from trainer.contract import ACT, ERROR
 from trainer.curriculum import CurriculumSampler
 from trainer.data import DataSettings, build_dataset as build_stream, lm_complexities
+from trainer.data_checks import DataError
 from trainer.distributed import any_rank, gather_lists, reduce_metrics, start_worker
 from trainer.engines import DDPEngine, average_gradients
 from trainer.losses import (LossSettings, TeacherSignal, balanced_mch_loss, make_loss_fn,
@@ -210,6 +211,23 @@ def _pcgrad_backward(cfg: TrainConfig, engine: DDPEngine, parts: dict[str, torch
 
 # -- the loop ------------------------------------------------------------------------------
 
+def documents_stream(position: Position, collate: Collate, max_seq_len: int,
+                     ) -> Iterator[tuple[int, int, Documents]]:
+    """This worker's micro-batches from `position` on. A stream with none is bad data (a
+    DataError, not retried): a restart reads the same rows with the same max_seq_len (the
+    reader logs, per table, the rows whose kept prefix has nothing to train)."""
+    empty = (f"the dataset yields no batch: no trajectory (or repair) has a REASON/ACT token "
+             f"within data.max_seq_len ({max_seq_len} tokens); raise data.max_seq_len, or "
+             f"check the shards' span labels")
+    try:
+        yield from resumed_stream(position.epoch, position.batch_in_epoch, collate.documents,
+                                  empty)
+    except RuntimeError as exc:
+        if exc.args != (empty,):
+            raise
+        raise DataError(empty) from None
+
+
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Entry point of every worker; `loop_config` = {"train": TrainConfig as JSON,
     "curriculum_quantiles": [...] or None}."""
@@ -230,9 +248,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     running_auroc = RunningAUROC(cfg.run.mch_auroc_window)
     engine.unwrapped.train()
     last = time.perf_counter()
-    stream = resumed_stream(position.epoch, position.batch_in_epoch, collate.documents,
-                            "the dataset yields no batch: no trajectory (or repair) has a "
-                            "REASON/ACT token within data.max_seq_len")
+    stream = documents_stream(position, collate, cfg.data.max_seq_len)
     while position.step < cfg.run.max_steps:
         epoch, index, documents = next(stream)
         position.epoch, position.batch_in_epoch = epoch, index + 1
