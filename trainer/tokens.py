@@ -158,8 +158,15 @@ def tool_call_step_ends(input_ids: np.ndarray, span_ids: np.ndarray,
 
 def topk_entropy(topk_logprobs: Sequence[Sequence[float]]) -> float:
     """Mean entropy (nats) of the stored teacher top-k distributions, tail ignored; 0 when
-    none are stored."""
-    entropies = [-float(np.sum(np.exp(lp) * lp)) for lp in topk_logprobs if len(lp)]
+    none are stored. A -inf log-probability (a zero probability) adds nothing: computed as
+    exp(lp) * lp it was 0 * -inf = nan, and the row's complexity and the curriculum's
+    quantiles with it."""
+    entropies = []
+    for lp in topk_logprobs:
+        lp = np.asarray(lp, dtype=np.float64)
+        lp = lp[np.isfinite(lp)]
+        if len(lp):
+            entropies.append(-float(np.sum(np.exp(lp) * lp)))
     return float(np.mean(entropies)) if entropies else 0.0
 
 

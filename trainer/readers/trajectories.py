@@ -6,7 +6,6 @@ labelled 1, a repair's ERROR calls steps labelled 0."""
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 import pyarrow as pa
@@ -72,14 +71,6 @@ def _token_columns(table: pa.Table, tokenizer: tokens.TextTokenizer, max_seq_len
     return [np.asarray(x, dtype=np.int32) for x in encoded], labels
 
 
-def teacher_entropy(topk_logprobs: list[list[float]]) -> float:
-    """tokens.topk_entropy of the candidates with a probability: a -inf log-probability (a
-    zero one, accepted by check_topk_values) made it nan (0 * -inf), and with it the row's
-    complexity and the curriculum's quantiles."""
-    return tokens.topk_entropy([[lp for lp in token if lp != -math.inf]
-                                for token in topk_logprobs])
-
-
 def trained_tokens(span_ids: np.ndarray) -> int:
     return int(np.isin(span_ids, TRAINED_SPANS).sum())
 
@@ -113,7 +104,7 @@ def trajectory_shaped_documents(table: pa.Table, settings: ReadSettings, lm_weig
     limit, rows, scores, dropped = settings.max_seq_len, DocumentRows(), [], 0
     for i in range(table.num_rows):
         row_ids, row_spans = ids[i][:limit], spans[i][:limit]
-        entropy = teacher_entropy(topk_lp[i][:limit]) if with_topk else 0.0
+        entropy = tokens.topk_entropy(topk_lp[i][:limit]) if with_topk else 0.0
         score = tokens.complexity(n_steps[i] or 0, row_spans, entropy, settings.complexity_weights)
         scores.append(score)
         if not trained_tokens(row_spans):
