@@ -15,6 +15,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable
 
+from datagen.envs.base import shortened
 from mutators.compile import compile_schema
 from mutators.safe_regex import new_call
 from mutators.schema import Node
@@ -23,6 +24,7 @@ from mutators.validate import ValidationError, to_validation_errors
 ArgumentCheck = Callable[[Any], "str | None"]
 Convert = Callable[[Any], Any]
 _LARGEST_EXACT_FLOAT = 2.0 ** 53
+MAX_SHOWN_NAME = 100  # characters of an argument's path in a message (as of an unknown tool)
 
 
 def argument_check(parameters: dict[str, Any]) -> ArgumentCheck:
@@ -51,7 +53,8 @@ def argument_check(parameters: dict[str, Any]) -> ArgumentCheck:
 def describe(error: ValidationError) -> str:
     """One validator error as a sentence for the agent, naming the argument by its path
     (`filters.status`, `items[0].quantity`)."""
-    name = error.path.removeprefix("arguments").removeprefix(".")
+    # an unknown key is echoed in the path: a 5 MB key must not become a 5 MB observation
+    name = shortened(error.path.removeprefix("arguments").removeprefix("."), MAX_SHOWN_NAME)
     detail = error.message[len(error.path) + 2:]  # the message is "<path>: <detail>"
     if error.reason == "required":
         when = detail.partition(", required ")[2]

@@ -11,8 +11,9 @@ from typing import Any, Callable, ClassVar
 
 import orjson
 
-from datagen.envs._arguments import ArgumentCheck, Convert, argument_check, handler_arguments
-from datagen.envs.base import Environment
+from datagen.envs._arguments import (MAX_SHOWN_NAME, ArgumentCheck, Convert, argument_check,
+                                     handler_arguments)
+from datagen.envs.base import Environment, bounded, shortened
 from datagen.envs._names import FIRST_NAMES
 from datagen.types import GoldStep, Observation, Task, ToolCall
 from mutators.jsonvalues import render
@@ -192,7 +193,11 @@ class ToolEnvironment(Environment):
         return cached
 
     def step(self, call: dict[str, Any]) -> Observation:
-        """Check the call against the tool schema, then run the tool; never raises."""
+        """Check the call against the tool schema, then run the tool; never raises. Every
+        observation, a tool's or an error, is cut to MAX_OBSERVATION_CHARS (`bounded`)."""
+        return bounded(self._dispatch(call))
+
+    def _dispatch(self, call: dict[str, Any]) -> Observation:
         name = call.get("name") if isinstance(call, dict) else None
         try:
             arguments = call.get("arguments", {}) if isinstance(call, dict) else None
@@ -205,7 +210,8 @@ class ToolEnvironment(Environment):
                                  f"{', '.join(self._parameters())}")
             if arguments is None:
                 arguments = {}
-            error = checker(arguments) or _not_unicode(arguments)
+            error = checker(arguments) or _not_unicode(arguments) or \
+                _integer_out_of_range(arguments)
             if error:
                 return self.fail(f"{name}: {error}")
             if not self.is_ready():
@@ -269,6 +275,35 @@ def _not_unicode(value: Any) -> str | None:
         for item in value.values() if isinstance(value, dict) else value:
             if (type(item) is not str or not item.isascii()) and (found := _not_unicode(item)):
                 return found
+    return None
+
+
+# orjson writes integers of at most 64 bits; it raises TypeError on a larger one, which a tool
+# echoing the argument (`read_file`'s start_line, a record's `changes`) would hit after acting
+_INT64 = 1 << 63
+
+
+def _integer_out_of_range(arguments: Any) -> str | None:
+    """An integer argument beyond 64 bits cannot be written into an observation, and no tool
+    needs one: refuse it before the tool acts, naming the argument."""
+    parts = _big_integer_at(arguments)
+    if parts is None:
+        return None
+    name = "".join(f"[{part}]" if type(part) is int else f".{part}" for part in parts)
+    return (f"argument '{shortened(name.lstrip('.'), MAX_SHOWN_NAME)}' is out of range: "
+            f"integers must lie between {-_INT64} and {_INT64 - 1}")
+
+
+def _big_integer_at(value: Any) -> list[str | int] | None:
+    """The path (keys and indices) of the first integer beyond 64 bits in `value`, or None."""
+    kind = type(value)
+    if kind is int:
+        return None if -_INT64 <= value < _INT64 else []
+    if kind is dict or kind is list or kind is tuple:
+        pairs = value.items() if kind is dict else enumerate(value)
+        for key, item in pairs:
+            if type(item) is not str and (found := _big_integer_at(item)) is not None:
+                return [key, *found]
     return None
 
 

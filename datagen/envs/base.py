@@ -24,6 +24,37 @@ import orjson
 
 from datagen.types import Observation, Task
 
+# The longest observation text an agent is shown (~8k tokens): twice the sql env's
+# MAX_RESULT_CHARS, so that no complete query result is cut here, and far below the 200,000
+# the fuzz test allows. Tools bound their own output first (rows, lines, echoed values); this
+# is the backstop for whatever they miss (a 20 MB file, a 5 MB argument name).
+MAX_OBSERVATION_CHARS = 32_000
+
+
+def shortened(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, saying how many more there were (an echoed value or
+    a line of a file; the sql env shows long values the same way)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... <{len(text) - limit} more characters>"
+
+
+def bounded(observation: Observation) -> Observation:
+    """`observation` with its text (and error) cut to MAX_OBSERVATION_CHARS, ending with a
+    note of how much was cut; an observation within the limit is returned as it is."""
+    content, error = observation.content, observation.error
+    if len(content) <= MAX_OBSERVATION_CHARS and (error is None or
+                                                   len(error) <= MAX_OBSERVATION_CHARS):
+        return observation
+    return Observation(content=_cut(content), error=None if error is None else _cut(error))
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_OBSERVATION_CHARS:
+        return text
+    return (f"{text[:MAX_OBSERVATION_CHARS]}... [observation cut: "
+            f"{len(text) - MAX_OBSERVATION_CHARS} more characters]")
+
 
 class Environment(ABC):
     """Base class for tool environments. Subclasses set `name` and implement the abstract
@@ -47,7 +78,9 @@ class Environment(ABC):
 
     @abstractmethod
     def step(self, call: dict[str, Any]) -> Observation:
-        """Execute one call `{"name", "arguments"}` against the current state."""
+        """Execute one call `{"name", "arguments"}` against the current state. The text is
+        at most about MAX_OBSERVATION_CHARS long (`ToolEnvironment.step` passes every
+        observation through `bounded`; a subclass with its own `step` should too)."""
 
     @abstractmethod
     def check(self, task: Task, answer: str | None) -> bool:

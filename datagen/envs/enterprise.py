@@ -9,6 +9,7 @@ safety data needs it; no gold solution uses it and every check fails once it has
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from datagen.envs import register_env
@@ -17,6 +18,7 @@ from datagen.envs.enterprise_crm_tasks import (CRM_CHECKS, account_summary_email
                                                close_pending, escalate_ticket,
                                                open_ticket_count, reassign_tickets,
                                                top_customer, update_contact_role)
+from datagen.envs.base import shortened
 from datagen.envs.enterprise_specs import TOOL_SPECS
 from datagen.envs.enterprise_tasks import (CHECKS, damaged_order_ticket, refund_line,
                                            schedule_meeting, ticket_followup_call)
@@ -33,6 +35,11 @@ _ID_SOURCES = {"contact_id": "contacts", "account_id": "accounts", "assignee_id"
                "user_id": "users", "ticket_id": "tickets", "related_ticket_id": "tickets",
                "order_id": "orders", "sku": "catalog"}
 _EMAIL_KEYS = ("to", "cc", "attendees", "attendee", "to_email", "email")
+# An address as an observation echoes it: the longest a mail server accepts (RFC 5321's 254);
+# the schema's `format: email` sets no length, and ten 1 MB addresses made a 10 MB echo.
+MAX_SHOWN_ADDRESS = 254
+# Seconds' fraction past microseconds (no calendar keeps more), in a canonical date-time.
+_FRACTION_DIGITS_PAST_SIX = re.compile(r"(T\d\d:\d\d:\d\d\.\d{6})\d+")
 
 
 def _contact_summary(c: dict) -> dict:
@@ -264,7 +271,9 @@ class EnterpriseEnv(ToolEnvironment):
         s = self.state
         if related_ticket_id is not None and related_ticket_id not in s["tickets"]:
             return self._unknown("ticket", related_ticket_id)
-        start = canonical_date_time(start)  # "2026-03-04 10:00" is valid: store one spelling
+        # "2026-03-04 10:00" is valid: store one spelling, with at most microseconds (a
+        # date-time may carry a million fractional digits, echoed below)
+        start = _FRACTION_DIGITS_PAST_SIX.sub(r"\1", canonical_date_time(start), count=1)
         eid, me = self._new_id("events", "EV"), self._world.me["email"]
         event = {"event_id": eid, "title": title, "start": start,
                  "duration_minutes": duration_minutes,
@@ -288,7 +297,8 @@ class EnterpriseEnv(ToolEnvironment):
         s["outbox"].append({"message_id": message_id, "to": list(to), "cc": list(cc or ()),
                             "subject": subject, "body": body, "priority": priority,
                             "related_ticket_id": related_ticket_id})
-        return self.ok({"message_id": message_id, "status": "sent", "to": to})
+        return self.ok({"message_id": message_id, "status": "sent",
+                        "to": [shortened(address, MAX_SHOWN_ADDRESS) for address in to]})
 
     def tool_export_contacts(self, to_email: str, format: str,
                              account_id: str | None = None) -> Observation:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from datagen.envs import register_env
 from datagen.envs._toolkit import ToolEnvironment, WorldCache, answer_matches
-from datagen.envs.base import tool_spec
+from datagen.envs.base import shortened, tool_spec
 from datagen.envs.fs_tasks import TEMPLATES, config_lookup, expected_files
 from datagen.envs.fs_world import FsWorld, build_world
 from datagen.types import Observation, Task
@@ -27,6 +27,10 @@ _PATH = {"type": "string", "minLength": 1, "maxLength": 512, "pattern": "^[/~]",
 _STATE_KEYS = ("moves", "deletes", "replace", "appends")
 _GLOBS = ("*.log", "*.tmp", "*.csv", "*.md", "*.pdf", "*.yaml", "*.ini", "*.env", "*.toml")
 MAX_RESULTS = 100
+# What one read or search shows at most; world files are at most ~400 characters with lines of
+# ~65, so only files an agent wrote itself (one edit_file can make 20 MB) reach these.
+MAX_READ_CHARS = 16_000      # content of one read_file (as sql's MAX_RESULT_CHARS)
+MAX_MATCH_CHARS = 1_000      # one matching line in search (as sql's MAX_SHOWN_TEXT)
 
 TOOL_SPECS = [
     tool_spec("list_dir", "List a directory: name, type, size and modification date of each "
@@ -175,11 +179,21 @@ class FsEnv(ToolEnvironment):
             return self._missing(path)
         content = entry[0]
         total = content.count("\n") + (0 if content.endswith("\n") or not content else 1)
-        if start_line == 1 and total <= max_lines:
+        if start_line == 1 and total <= max_lines and len(content) <= MAX_READ_CHARS:
             return self.ok({"path": path, "total_lines": total, "content": content})
-        lines = content.splitlines(keepends=True)[start_line - 1:start_line - 1 + max_lines]
-        return self.ok({"path": path, "total_lines": total, "start_line": start_line,
-                        "content": "".join(lines)})
+        lines, cut = _lines_within(content, start_line, max_lines)
+        payload = {"path": path, "total_lines": total, "start_line": start_line,
+                   "content": "".join(lines)}
+        if len(payload["content"]) > MAX_READ_CHARS:
+            payload["content"] = shortened(payload["content"], MAX_READ_CHARS)
+            payload["note"] = (f"line {start_line} alone is over {MAX_READ_CHARS:,} "
+                               "characters; only its start is shown" +
+                               (f"; read on with start_line={start_line + 1}"
+                                if start_line < total else ""))
+        elif cut:
+            payload["note"] = (f"content cut at {MAX_READ_CHARS:,} characters; read on with "
+                               f"start_line={start_line + len(lines)}")
+        return self.ok(payload)
 
     def tool_search(self, path: str, name_glob: str | None = None, text: str | None = None,
                     regex: bool = False, ignore_case: bool = False,
@@ -207,16 +221,21 @@ class FsEnv(ToolEnvironment):
             for number, line in enumerate(self.state["files"][p][0].splitlines(), 1):
                 found = matcher(line)
                 if found:
-                    matches.append({"path": p, "line": number, "text": line})
+                    matches.append({"path": p, "line": number,
+                                    "text": shortened(line, MAX_MATCH_CHARS)})
                 elif found is UNDECIDED:
                     undecided += 1
         if undecided and not matches:
             return self.fail(f"the regular expression {text!r} backtracks too much to finish "
                              "in time; simplify it (no nested repeats, lookarounds or "
                              "backreferences)")
-        payload: dict[str, Any] = {"count": len(matches), "matches": matches[:max_results]}
-        if len(matches) > max_results:
+        shown = _matches_within(matches[:max_results])
+        payload: dict[str, Any] = {"count": len(matches), "matches": shown}
+        if len(shown) < len(matches):
             payload["truncated"] = True
+        if len(shown) < min(len(matches), max_results):
+            payload["size_note"] = (f"matches shown cut at {MAX_READ_CHARS:,} characters; "
+                                    "search a narrower path or pattern for the rest")
         if undecided:
             payload["note"] = (f"{undecided} lines could not be searched in time: the "
                                "regular expression backtracks too much")
@@ -373,6 +392,30 @@ def _line_matcher(text: str, regex: bool, ignore_case: bool) -> Callable[[str], 
         needle = text.lower()
         return lambda line: needle in line.lower()
     return lambda line: text in line
+
+
+def _matches_within(matches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first matches whose text (path, line and a few characters of JSON each) fits in
+    MAX_READ_CHARS; the first match always."""
+    size = 0
+    for count, match in enumerate(matches):
+        size += len(match["path"]) + len(match["text"]) + 40
+        if count and size > MAX_READ_CHARS:
+            return matches[:count]
+    return matches
+
+
+def _lines_within(content: str, start_line: int, max_lines: int) -> tuple[list[str], bool]:
+    """Up to `max_lines` lines from `start_line` (1-based), as many whole ones as fit in
+    MAX_READ_CHARS (the first line always, however long: the caller shortens it), and
+    whether lines were left out to fit."""
+    lines = content.splitlines(keepends=True)[start_line - 1:start_line - 1 + max_lines]
+    size = 0
+    for count, line in enumerate(lines):
+        size += len(line)
+        if count and size > MAX_READ_CHARS:
+            return lines[:count], True
+    return lines, False
 
 
 def _rename_tree(state: dict[str, dict[str, Any]], source: str, destination: str) -> None:
