@@ -31,6 +31,12 @@ re-reading its schema after every restore. With `CHECK_READ_ONLY` on (the tests;
 variable `MUTATORS_CHECK_READ_ONLY=1`) every live run is bracketed by snapshots and a state
 change raises `ReadOnlyViolation` (compared by the environment's `same_state(a, b)` when it
 has one, else by `==`).
+
+Time limits: an environment may declare `timed_out(observation) -> bool` (a call its clock
+stopped, e.g. `sql`'s 1 s watchdog). Such an outcome hangs on wall time, not on the
+arguments: an original that timed out is not probed at all (it was replayed ~7 times, 1 s
+each, and a candidate could differ from it only by timing), and a candidate that timed out
+is not counted as a changed outcome.
 """
 
 from __future__ import annotations
@@ -67,6 +73,22 @@ def is_read_only(env: Any, call: Any) -> bool:
         return declared(call) is True
     except Exception:  # noqa: BLE001 - an undeclared call is simply run from a snapshot
         return False
+
+
+def timed_out(env: Any, obs: Any) -> bool:
+    """Whether `env` declares `obs` a call stopped by its time limit (`env.timed_out(obs)` is
+    True); False when it declares nothing or the declaration fails."""
+    declared = getattr(env, "timed_out", None)
+    if not callable(declared):
+        return False
+    try:
+        return declared(obs) is True
+    except Exception:  # noqa: BLE001 - an undeclared observation is compared as usual
+        return False
+
+
+class TimedOut(Exception):
+    """A run that the environment's time limit stopped: its outcome says nothing."""
 
 
 def observation_key(obs: Any) -> Any:
@@ -110,15 +132,22 @@ class OutcomeProbe:
         (`restore=False`: the environment is in the snapshot's state already)."""
         if restore:
             self.env.restore(self._state)
-        observation = observation_key(self.env.step(copy_json(call)))
+        observation = self._step(call)
         return observation, self.env.snapshot() if keep_state else None
+
+    def _step(self, call: dict[str, Any]) -> Any:
+        """The observation key of one step of `call`; TimedOut if the time limit stopped it."""
+        obs = self.env.step(copy_json(call))
+        if timed_out(self.env, obs):
+            raise TimedOut
+        return observation_key(obs)
 
     def _run_live(self, call: dict[str, Any]) -> tuple[Any, None]:
         """(observation key, None) of a read-only `call` run on the live state."""
         if not CHECK_READ_ONLY:
-            return observation_key(self.env.step(copy_json(call))), None
+            return self._step(call), None
         before = self.env.snapshot()
-        observation = observation_key(self.env.step(copy_json(call)))
+        observation = self._step(call)
         after = self.env.snapshot()
         same = getattr(self.env, "same_state", None)
         if not (same(before, after) if callable(same) else _same_state(before, after)):
@@ -159,6 +188,10 @@ class OutcomeProbe:
                 comparable = self._check_determinism(first)
         except ReadOnlyViolation:
             raise
+        except TimedOut:
+            self.failure = ("the original call was stopped by the environment's time limit, "
+                            "so whether a candidate changes its outcome would depend on timing")
+            return False
         except Exception as exc:  # noqa: BLE001
             self.failure = f"env.step raised on the original call: {type(exc).__name__}: {exc}"
             return False

@@ -17,7 +17,7 @@ from datagen.envs import register_env
 from datagen.envs._toolkit import ToolEnvironment, WorldCache, answer_matches
 from datagen.envs.base import tool_spec
 from datagen.envs.sql_limits import MAX_RESULT_CHARS
-from datagen.envs.sql_sandbox import SqlSandbox
+from datagen.envs.sql_sandbox import RAN_TOO_LONG, SqlSandbox, stop_message
 from datagen.envs.sql_tasks import (category_avg_price, entity_favourite_item,
                                     entity_latest, entity_status_value, entity_total,
                                     group_active_count, group_top_category, group_top_metric)
@@ -31,9 +31,11 @@ TEMPLATES = (entity_total, entity_status_value, group_top_category, group_active
              update_status, delete_old, insert_event, move_entity, reprice)
 STATE_TEMPLATES = ("update_status", "delete_old", "insert_event", "move_entity", "reprice")
 MAX_ROWS = 50
+SHOWN_NAME_CHARS = 100  # of an unknown table name echoed in an error (world names: < 20)
 _FIRST_WORD = re.compile(r"\s*([A-Za-z]+)")
 _READ_WORDS = ("SELECT", "WITH", "VALUES")
 _WRITE_WORDS = ("INSERT", "UPDATE", "DELETE", "REPLACE")
+_TIMED_OUT = stop_message(RAN_TOO_LONG)
 _TABLE = {"type": "string", "minLength": 1, "description": "Table name."}
 
 TOOL_SPECS = [
@@ -127,7 +129,8 @@ class SqlEnv(ToolEnvironment):
         tables = self.db.tables()
         if table in tables:
             return None
-        return self.fail(f"no table named {table!r}; tables are: {', '.join(tables)}")
+        return self.fail(f"no table named {_shown_name(table)}; tables are: "
+                         f"{', '.join(tables)}")
 
     def tool_list_tables(self) -> Observation:
         return self.ok({"tables": self.db.tables()})
@@ -197,11 +200,25 @@ class SqlEnv(ToolEnvironment):
                              if other != table]
         return variants
 
+    def timed_out(self, observation: Observation) -> bool:
+        """Whether `observation` is a statement stopped for running too long: the stop hangs
+        on wall time (the watchdog), so the outcome probe neither replays such an original
+        (~1 s a run, 7 runs a call) nor counts such a candidate as a changed outcome."""
+        return getattr(observation, "error", None) == _TIMED_OUT
+
     def snapshot(self) -> bytes:
         return self.db.snapshot()
 
     def restore(self, snapshot: bytes) -> None:
         self.db.restore(snapshot)
+
+
+def _shown_name(name: str) -> str:
+    """`name` as an error message echoes it: quoted, and cut after SHOWN_NAME_CHARS with a
+    count of the rest (a 5 MB table name was echoed whole)."""
+    if len(name) <= SHOWN_NAME_CHARS:
+        return repr(name)
+    return f"{name[:SHOWN_NAME_CHARS]!r}... <{len(name) - SHOWN_NAME_CHARS} more characters>"
 
 
 def _unique_names(names: list[str]) -> list[str]:

@@ -18,12 +18,13 @@ Where each is enforced:
 - the `Watchdog` thread: MAX_STATEMENT_SECONDS of wall time per statement. The progress
   handler cannot be the clock: one row of `instr()` over two long texts takes 0.1 s in one
   VM instruction, so 1,000 instructions can take minutes;
-- `printf_too_wide`: printf()/format() with a width or precision over MAX_VALUE_BYTES is
+- `printf_arguments`: printf()/format() with a width or precision over MAX_VALUE_BYTES is
   refused (SQLite writes `%.*c` repeats before checking its length limit, inside one VM
   instruction: `printf('%.*c', 2147483647, 'x')` ran 8.9 s where no progress handler could
-  stop it);
+  stop it), and the `*` values it checked are the ones formatted;
 - `collect_rows`: results are fetched row by row and cut at `max_rows` rows or
-  MAX_RESULT_CHARS characters, blobs shown as `<blob N bytes>`, long texts shortened.
+  MAX_RESULT_CHARS characters of JSON, blobs shown as `<blob N bytes>`, long texts shortened
+  (and the texts of a first row that alone is over MAX_RESULT_CHARS).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ import sqlite3
 import threading
 import time
 import weakref
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
+
+import orjson
 
 MAX_VALUE_BYTES = 100_000      # SQLITE_LIMIT_LENGTH: one string, blob or stored row
 MAX_COLUMNS = 100              # SQLITE_LIMIT_COLUMN (widest world table: 12 columns)
@@ -160,43 +163,97 @@ def _set_hard_heap_limit() -> None:
 
 # printf ----------------------------------------------------------------------------------------
 
-_PRINTF_SPEC = re.compile(r"%%|%[-+ 0#!,]*(\d+|\*)?(?:\.(\*|\d*))?")
-_LEADING_INT = re.compile(r"\s*[-+]?\d{1,19}")
+_FLAGS = "-+ #!0,"
+_LEADING_INT = re.compile(r"[ \t\n\v\f\r]*([-+]?)0*(\d{1,19})")
+# conversions that take one value argument in SQL printf(); %% and %n take none, and any
+# other character ends the formatting (SQLite 3.40 printf.c, `bArgList` branches)
+_TAKES_VALUE = frozenset("dsgzqQwcouxXfeEGipr")
+_TAKES_NOTHING = frozenset("%n")
 
 
-def printf_too_wide(fmt: Any, args: tuple) -> bool:
-    """Does a printf()/format() call ask for a width or precision over MAX_VALUE_BYTES?
-    Each conversion takes its `*` arguments, then one value, as in SQLite."""
+def printf_arguments(fmt: Any, args: tuple) -> tuple | None:
+    """`args` with each `*` width or precision replaced by the integer SQLite reads from it,
+    or None when a width or precision is over MAX_VALUE_BYTES. The printer is given these
+    integers, so the value checked is the value used (a BLOB `*` argument was read as 0 here
+    and as its text by SQLite: `CAST('2147483647' AS BLOB)` ran 19.7 s inside one VM
+    instruction). Arguments are taken conversion by conversion as SQLite's parser does."""
+    if isinstance(fmt, bytes):
+        fmt = fmt.decode("latin-1")  # SQLite formats with a BLOB format read as text
     if not isinstance(fmt, str):
-        return False
+        return tuple(args)  # NULL or a number: no `%` to format
+    used = list(args)
     index = 0
-    for spec in _PRINTF_SPEC.finditer(fmt):
-        if spec.group(0) == "%%":
-            continue
-        for part in spec.groups():
-            if part == "*":
-                value = _as_int(args[index]) if index < len(args) else 0
-                index += 1
-            elif part:
-                value = int(part) if len(part) <= 9 else MAX_VALUE_BYTES + 1
-            else:
-                continue
+    for stars, width, precision, conversion in _conversions(fmt):
+        for _ in range(stars):
+            value = _as_int(args[index]) if index < len(args) else 0
             if abs(value) > MAX_VALUE_BYTES:
-                return True
+                return None
+            if index < len(args):
+                used[index] = value
+            index += 1
+        if max(width, precision) > MAX_VALUE_BYTES:
+            return None
+        if conversion not in _TAKES_VALUE:
+            if conversion not in _TAKES_NOTHING:
+                break  # SQLite stops formatting here
+            continue
         index += 1
-    return False
+    return tuple(used)
+
+
+def _conversions(fmt: str) -> Iterator[tuple[int, int, int, str]]:
+    """(`*` arguments, digit width, digit precision, conversion character) per `%` spec,
+    following SQLite 3.40's flag loop: flags, then a width (digits or `*`), then `.` and a
+    precision, then `l`/`ll`; anything else ends the spec as its conversion character."""
+    position = fmt.find("%")
+    while position >= 0:
+        stars, width, precision, position = 0, 0, 0, position + 1
+        while position < len(fmt) and fmt[position] in _FLAGS:
+            position += 1
+        if fmt[position:position + 1] == "*":
+            stars, position = 1, position + 1
+        else:
+            width, position = _digits(fmt, position)
+        if fmt[position:position + 1] == ".":
+            if fmt[position + 1:position + 2] == "*":
+                stars, position = stars + 1, position + 2
+            else:
+                precision, position = _digits(fmt, position + 1)
+        if fmt[position:position + 1] == "l":
+            position += 2 if fmt[position + 1:position + 2] == "l" else 1
+        conversion = fmt[position:position + 1]
+        yield stars, width, precision, conversion
+        if conversion == "":
+            return
+        position = fmt.find("%", position + 1)
+
+
+def _digits(fmt: str, position: int) -> tuple[int, int]:
+    """The number written at `position` (over MAX_VALUE_BYTES when it has over 9 digits:
+    int() of a 5,000-digit string is refused by Python) and the position after it."""
+    end = position
+    while end < len(fmt) and fmt[end].isascii() and fmt[end].isdigit():
+        end += 1
+    if end == position:
+        return 0, position
+    return (int(fmt[position:end]) if end - position <= 9 else MAX_VALUE_BYTES + 1), end
 
 
 def _as_int(value: Any) -> int:
-    """The integer SQLite reads from a printf argument (text: its leading digits)."""
-    if isinstance(value, bool) or value is None or isinstance(value, bytes):
+    """The integer SQLite reads from a printf argument (`sqlite3_value_int64`): a text or a
+    BLOB by its leading integer (a BLOB is read as text), a real truncated."""
+    if isinstance(value, bool) or value is None:
         return 0
     if isinstance(value, int):
         return value
     if isinstance(value, float):
         return int(value) if value == value and abs(value) < 9.3e18 else 2**63 - 1
-    match = _LEADING_INT.match(str(value))
-    return int(match.group()) if match else 0
+    text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    match = _LEADING_INT.match(text)
+    if match is None:
+        return 0
+    number = int(match.group(2))
+    return -number if match.group(1) == "-" else number
 
 
 # Results ----------------------------------------------------------------------------------------
@@ -207,34 +264,64 @@ def shown_value(value: Any) -> Any:
     if isinstance(value, bytes):
         return f"<blob {len(value)} bytes>"
     if isinstance(value, str) and len(value) > MAX_SHOWN_TEXT:
-        return f"{value[:MAX_SHOWN_TEXT]}... <{len(value) - MAX_SHOWN_TEXT} more characters>"
+        return _cut(value, MAX_SHOWN_TEXT)
     return value
+
+
+def _cut(text: str, keep: int) -> str:
+    return f"{text[:keep]}... <{len(text) - keep} more characters>"
 
 
 def collect_rows(cursor: sqlite3.Cursor, names: list[str], max_rows: int
                  ) -> tuple[list[tuple], str | None]:
     """Rows fetched one by one, as shown, and why the result was cut: None (complete),
-    "rows" (more than `max_rows`) or "size" (over MAX_RESULT_CHARS; the first row is always
-    kept). Nothing beyond the cut is fetched, so a huge result costs no memory."""
-    per_row = sum(len(name) + 4 for name in names)
+    "rows" (more than `max_rows`) or "size" (over MAX_RESULT_CHARS as JSON, escapes counted:
+    a control character is 6). A first row over the budget has its texts shortened to fit
+    rather than kept whole (100 columns of 1,000 `char(1)` were a 600,993-character
+    observation). Nothing beyond the cut is fetched, so a huge result costs no memory."""
+    per_row = sum(len(orjson.dumps(name)) + 1 for name in names) + 1  # `"name":` and `,`
     rows: list[tuple] = []
     size = 0
     fetch = cursor.fetchone
-    while (row := fetch()) is not None:
+    while (fetched := fetch()) is not None:
         if len(rows) == max_rows:
             return rows, "rows"
-        row_size = per_row
-        for value in row:
-            if type(value) is str and len(value) <= MAX_SHOWN_TEXT:
-                row_size += len(value)
-            elif type(value) is str or type(value) is bytes:
-                row = tuple(map(shown_value, row))  # rare: shape the row, count it as shown
-                row_size = per_row + sum(len(v) if type(v) is str else 8 for v in row)
-                break
-            else:
-                row_size += 8
+        row = _shown_row(fetched)
+        row_size = per_row + len(orjson.dumps(row))  # `[...]` is as long as `{...}` less names
+        if row_size > MAX_RESULT_CHARS and not rows:
+            row = _fitted_row(fetched, MAX_RESULT_CHARS - per_row)
+            row_size = per_row + len(orjson.dumps(row))
         size += row_size
         if rows and size > MAX_RESULT_CHARS:
             return rows, "size"
         rows.append(row)
     return rows, None
+
+
+def _shown_row(row: tuple) -> tuple:
+    for value in row:
+        if type(value) is bytes or type(value) is str and len(value) > MAX_SHOWN_TEXT:
+            return tuple(map(shown_value, row))  # rare: shape the row
+    return row
+
+
+def _fitted_row(row: tuple, budget: int) -> tuple:
+    """`row` as shown, each text over an equal share of `budget` (JSON characters) cut from
+    its full value (so the count of the rest is right for a text over MAX_SHOWN_TEXT too)."""
+    texts = {i for i, value in enumerate(row) if type(value) is str}
+    fitted = [None if i in texts else shown_value(value) for i, value in enumerate(row)]
+    share = max(0, budget - len(orjson.dumps(fitted))) // max(1, len(texts))
+    for i in texts:
+        shown = shown_value(row[i])
+        fitted[i] = shown if len(orjson.dumps(shown)) <= share else _cut_rendered(row[i], share)
+    return tuple(fitted)
+
+
+def _cut_rendered(text: str, share: int) -> str:
+    """`text` cut so that its JSON form, with the count of what was cut, is about `share`
+    characters (escapes make a prefix of k characters render longer than k)."""
+    room = max(0, share - len(_cut(text, 0)) - 2)
+    keep = min(len(text), room, MAX_SHOWN_TEXT)
+    while keep > 0 and (rendered := len(orjson.dumps(text[:keep])) - 2) > room:
+        keep = keep * room // rendered
+    return _cut(text, keep)

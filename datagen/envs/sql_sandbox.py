@@ -29,7 +29,7 @@ from typing import Any
 
 from datagen.envs.sql_limits import (MAX_DB_PAGES, MAX_STATEMENT_HEAP, MAX_STATEMENT_SECONDS,
                                      MAX_VALUE_BYTES, RECYCLE_PAGES, WATCHDOG, apply_limits,
-                                     collect_rows, heap_meter, printf_too_wide)
+                                     collect_rows, heap_meter, printf_arguments)
 from datagen.envs.sql_world import DISTRACTORS, Schema, SqlWorld
 
 _PROGRESS_STEP = 1000    # VM instructions between progress callbacks
@@ -44,6 +44,12 @@ _READS = (sqlite3.SQLITE_READ, sqlite3.SQLITE_SELECT, sqlite3.SQLITE_FUNCTION,
           getattr(sqlite3, "SQLITE_RECURSIVE", 33))
 _BLOCKED_FUNCTIONS = ("load_extension", "readfile", "writefile", "edit", "fts3_tokenizer")
 _REFILLS: dict[tuple[int, int, int], list[tuple[str, str, str]]] = {}
+RAN_TOO_LONG = "it ran too long"  # the watchdog's and the instruction budget's stop reason
+
+
+def stop_message(reason: str) -> str:
+    """The error of a statement the guards stopped (`SqlEnv.timed_out` recognises it)."""
+    return f"query stopped: {reason} (add filters or a LIMIT)"
 
 
 def _insert_sql(table: str, core: tuple[str, ...], extras: tuple[tuple[str, str, str], ...]
@@ -87,7 +93,7 @@ class SqlSandbox:
         self._running_lock = threading.Lock()
         self._heap_start = 0
         self._heap = heap_meter()
-        # formats printf()/format() calls that passed `printf_too_wide` (the agent's own
+        # formats printf()/format() calls that passed `printf_arguments` (the agent's own
         # connections have both names replaced by the guarded `_printf`)
         self._printer = sqlite3.connect(":memory:", check_same_thread=False)
         apply_limits(self._printer)
@@ -167,7 +173,7 @@ class SqlSandbox:
             return 0
         self.ticks += 1
         if self.ticks > _PROGRESS_LIMIT:
-            self.stopped = "it ran too long"
+            self.stopped = RAN_TOO_LONG
         elif self._heap is not None and self._heap() - self._heap_start > MAX_STATEMENT_HEAP:
             self.stopped = f"it needed more than {MAX_STATEMENT_HEAP >> 20} MB of memory"
         return self.stopped is not None
@@ -176,15 +182,16 @@ class SqlSandbox:
         """Called by the watchdog thread: stop the running statement past its deadline."""
         with self._running_lock:
             if self._running is not None and now > self._running[1]:
-                self.stopped = "it ran too long"
+                self.stopped = RAN_TOO_LONG
                 self._running[0].interrupt()
 
     def _printf(self, fmt: Any, *args: Any) -> Any:
-        if printf_too_wide(fmt, args):
+        checked = printf_arguments(fmt, args)
+        if checked is None:
             self.denied = f"printf()/format() width or precision over {MAX_VALUE_BYTES:,}"
             raise ValueError(self.denied)
-        marks = ", ".join("?" * (len(args) + 1))
-        return self._printer.execute(f"SELECT printf({marks})", (fmt, *args)).fetchone()[0]
+        marks = ", ".join("?" * (len(checked) + 1))
+        return self._printer.execute(f"SELECT printf({marks})", (fmt, *checked)).fetchone()[0]
 
     def _begin(self, mode: str) -> None:
         """Guards on for one agent statement: its mode, instruction, time and memory budgets."""
@@ -201,7 +208,7 @@ class SqlSandbox:
         if self.denied:
             return f"statement refused: {self.denied}"
         if self.stopped:
-            return f"query stopped: {self.stopped} (add filters or a LIMIT)"
+            return stop_message(self.stopped)
         if isinstance(exc, MemoryError):  # SQLITE_NOMEM under the process-wide heap limit
             return "query stopped: SQLite ran out of memory (add filters or a LIMIT)"
         text = str(exc)

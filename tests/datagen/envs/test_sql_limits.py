@@ -13,7 +13,7 @@ import pytest
 
 from datagen.envs.sql import SqlEnv
 from datagen.envs.sql_limits import (MAX_RESULT_CHARS, MAX_SHOWN_TEXT, MAX_VALUE_BYTES,
-                                     RECYCLE_PAGES, heap_meter, printf_too_wide)
+                                     RECYCLE_PAGES, heap_meter, printf_arguments)
 
 ROOT = Path(__file__).resolve().parents[3]
 ROWS_200 = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 200) "
@@ -64,8 +64,9 @@ def test_printf_repeats_that_no_progress_handler_can_stop_are_refused(env, sql):
 
 
 def test_printf_still_formats():
-    assert not printf_too_wide("%.2f|%5d|%-3s|%%.*c|%.*c", (3.14159, 42, "ab", 5, "x"))
-    assert printf_too_wide("%s %.*c", ("a", 100_001, "x"))
+    args = (3.14159, 42, "ab", 5, "x")
+    assert printf_arguments("%.2f|%5d|%-3s|%%.*c|%.*c", args) == args
+    assert printf_arguments("%s %.*c", ("a", 100_001, "x")) is None
     env = SqlEnv()
     env.reset(env.generate_task(1, "t"))
     obs, _ = timed(env, "SELECT printf('%.2f', 3.14159) AS a, format('%5d|%.*c', 42, 3, 'x') "
