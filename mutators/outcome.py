@@ -64,26 +64,26 @@ class ReadOnlyViolation(AssertionError):
 
 
 def is_read_only(env: Any, call: Any) -> bool:
-    """Whether `env` declares `call` unable to change its state (`env.read_only(call)` is
-    True); False when it declares nothing or the declaration fails."""
-    declared = getattr(env, "read_only", None)
-    if not callable(declared):
-        return False
-    try:
-        return declared(call) is True
-    except Exception:  # noqa: BLE001 - an undeclared call is simply run from a snapshot
-        return False
+    """Whether `env` declares `call` unable to change its state (`env.read_only(call)`); an
+    undeclared call is simply run from a snapshot."""
+    return _declares(env, "read_only", call)
 
 
 def timed_out(env: Any, obs: Any) -> bool:
-    """Whether `env` declares `obs` a call stopped by its time limit (`env.timed_out(obs)` is
-    True); False when it declares nothing or the declaration fails."""
-    declared = getattr(env, "timed_out", None)
+    """Whether `env` declares `obs` a call stopped by its time limit (`env.timed_out(obs)`);
+    an undeclared observation is compared as usual."""
+    return _declares(env, "timed_out", obs)
+
+
+def _declares(env: Any, method: str, argument: Any) -> bool:
+    """Whether `env.<method>(argument)` is True; False when `env` has no such method or it
+    fails (a declaration is optional and must not fail a probe)."""
+    declared = getattr(env, method, None)
     if not callable(declared):
         return False
     try:
-        return declared(obs) is True
-    except Exception:  # noqa: BLE001 - an undeclared observation is compared as usual
+        return declared(argument) is True
+    except Exception:  # noqa: BLE001
         return False
 
 
