@@ -82,8 +82,10 @@ def test_redaction_is_linear_on_a_megabyte():
 
 
 def _openai_config(base_url: str, **extra) -> GenerateConfig:
+    # a key variable only without user:password@ (the two together are refused at load)
+    key = {} if "@" in base_url else {"api_key_env": "MY_KEY"}
     return GenerateConfig(teacher={"backend": "openai", "openai": {
-        "base_url": base_url, "model": "m", "api_key_env": "MY_KEY", **extra}})
+        "base_url": base_url, "model": "m", **key, **extra}})
 
 
 def test_public_dump_redacts_and_keeps_the_rest():
@@ -94,7 +96,8 @@ def test_public_dump_redacts_and_keeps_the_rest():
     assert openai["base_url"] == f"http://{R}@h:1/v1"
     assert openai["extra_body"] == {"api_key": R, "headers": {"X-Api-Key": R}, "top_k": 3,
                                     "token": None}
-    assert openai["api_key_env"] == "MY_KEY", "the variable's name is no secret"
+    keyed = public_dump(_openai_config("http://h:1/v1"))["teacher"]["openai"]
+    assert keyed["api_key_env"] == "MY_KEY", "the variable's name is no secret"
     assert leaks(PASSWORD, json.dumps(dump)) == [] and leaks(BODY_KEY, json.dumps(dump)) == []
     # (`preferences`, `consistency` and `round` are left out at their defaults: see the
     # fingerprint test below)
