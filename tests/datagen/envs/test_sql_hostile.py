@@ -43,7 +43,7 @@ def test_printf_widths_sqlite_reads_from_any_argument_are_refused(env, sql):
     # HEAD: accepted and formatted for ~0.2 s per 20M characters (then "string or blob too big")
     obs, seconds = run(env, sql)
     assert obs.error and "width or precision" in obs.error, obs.content[:200]
-    assert seconds < 0.1
+    assert seconds < 1.0  # refused before formatting (milliseconds; 1 s: a loaded CI host)
 
 
 def test_printf_star_arguments_reach_the_printer_as_the_checked_integers():

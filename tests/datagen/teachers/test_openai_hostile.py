@@ -128,7 +128,7 @@ def test_a_request_aiohttp_refuses_to_send_fails_at_once(monkeypatch):
         server.stop()
     assert gen.error.startswith("request not sent: ValueError: Cannot combine"), gen.error
     assert "malformed" not in gen.error and gen.retries == 0 and server.bodies == []
-    assert time.perf_counter() - started < 1.0, "no backoff: the request was not retried"
+    assert time.perf_counter() - started < 5.0, "no backoff: the request was not retried"
 
 
 class _Tokenizer:
@@ -239,4 +239,5 @@ def test_a_large_echoing_body_does_not_stall_the_other_episodes(monkeypatch):
         server.stop()
     assert echoed.error is None and echoed.text == "ok" and backend.redacted_responses == 1
     assert fine.error is None and fine.text == "Final answer: 1"
-    assert max(stalls) < 0.5, f"the event loop stood still for {max(stalls):.2f} s"
+    # 2.25 s before on a quiet host, 0.03-0.07 s now: 1 s leaves room for a loaded CI host
+    assert max(stalls) < 1.0, f"the event loop stood still for {max(stalls):.2f} s"
