@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from datagen.pipeline.storage import is_uri  # a scheme, then "://": /tmp/a://b is a path
+from datagen.pipeline.storage import (  # a scheme, then "://": /tmp/a://b is a path
+    is_uri, uri_option_problem)
 from trainer.contract import CHUNK_MARKERS, marker_of
 
 log = logging.getLogger(__name__)
@@ -57,25 +58,17 @@ def without_credentials(location: str) -> str:
 
 def location_problem(location: str | Path) -> str | None:
     """Why the trainer does not read an OUT at `location`, or None: a local path, `s3://` or
-    `file://` without credentials, query or fragment is read; another scheme is refused
-    before any request."""
-    if has_credentials(location):
-        return ("a URI with credentials (user:secret@) is refused: give them through the "
-                "AWS environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...)")
+    `file://` without credentials, query or fragment (datagen's rule, `uri_option_problem`)
+    is read; another scheme is refused before any request."""
+    if has_credentials(location):  # before the scheme check, whose message shows the scheme
+        return uri_option_problem(location)
     if not is_uri(location):
         return None
     scheme = str(location).split("://", 1)[0]
     if scheme not in READ_SCHEMES:
         return (f"{shown(scheme)[:40]}:// is not read here: an OUT is a local path, s3:// "
                 f"or file://")
-    # pyarrow's from_uri takes options from the query (?endpoint_override=host sends every
-    # request, signed with the environment's credentials, to that host); a fragment is no
-    # part of an object's key either
-    if "?" in str(location) or "#" in str(location):
-        return ("a URI with a query string or fragment (?... #...) is refused: pyarrow reads "
-                "options such as endpoint_override from it; set the endpoint through the AWS "
-                "environment (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL)")
-    return None
+    return uri_option_problem(location)
 
 
 def refuse_location(location: str | Path, label: str = "--shards") -> None:

@@ -63,28 +63,39 @@ def is_uri(location: str | Path) -> bool:
     return isinstance(location, str) and _URI.match(location) is not None
 
 
-def refuse_uri_options(location: str | Path) -> None:
-    """StoreUnusable when an object-store URI carries credentials, a query string or a
-    fragment, before any request. pyarrow's `FileSystem.from_uri` takes `KEY:SECRET@` and
-    options from the query: the secret would be written into the run's records and shown in
-    every message naming OUT, and `s3://bucket/out?endpoint_override=host:9000` would send
-    every request, signed with the environment's credentials, to that host (a fragment is no
-    part of a key). The message shows the URI without the credentials."""
+CREDENTIALS_REFUSED = ("a URI with credentials (user:secret@) is refused, as they would be "
+                       "recorded with the run; give them through the AWS environment "
+                       "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile or a role)")
+OPTIONS_REFUSED = ("a URI with a query string or fragment (?... #...) is refused, as pyarrow "
+                   "reads options such as endpoint_override from it; set the endpoint with "
+                   "AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL")
+
+
+def uri_option_problem(location: str | Path) -> str | None:
+    """Why an object-store URI cannot be opened as written, or None. pyarrow's
+    `FileSystem.from_uri` takes `KEY:SECRET@` and options from the query: the secret would be
+    written into the run's records and shown in every message naming it, and
+    `s3://bucket/out?endpoint_override=host:9000` would send every request, signed with the
+    environment's credentials, to that host (a fragment is no part of a key). The trainer
+    refuses its shards URIs by the same rule (trainer/shard_files.py `location_problem`)."""
     if not is_uri(location):
-        return
-    scheme, _, rest = str(location).partition("://")
-    store, slash, path = rest.partition("/")
-    if "@" in store:
-        raise StoreUnusable(f"{scheme}://***@{store.rpartition('@')[2]}{slash}{path}: "
-                            "credentials in an OUT URI (user:secret@) are refused, as they "
-                            "would be recorded with the run; give them through the AWS "
-                            "environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a "
-                            "profile or a role)")
+        return None
+    if "@" in str(location).partition("://")[2].partition("/")[0]:
+        return CREDENTIALS_REFUSED
     if "?" in str(location) or "#" in str(location):
-        raise StoreUnusable(f"{location}: a query string or fragment (?... #...) in an OUT URI "
-                            "is refused, as pyarrow reads options such as endpoint_override "
-                            "from it; set the endpoint with AWS_ENDPOINT_URL_S3 or "
-                            "AWS_ENDPOINT_URL, and the rest through the AWS environment")
+        return OPTIONS_REFUSED
+    return None
+
+
+def refuse_uri_options(location: str | Path) -> None:
+    """StoreUnusable naming an OUT URI (without its credentials) that `uri_option_problem`
+    refuses, before any request."""
+    if problem := uri_option_problem(location):
+        scheme, _, rest = str(location).partition("://")
+        store, slash, path = rest.partition("/")
+        shown = f"{scheme}://***@{store.rpartition('@')[2]}{slash}{path}" if "@" in store \
+            else str(location)
+        raise StoreUnusable(f"{shown}: {problem}")
 
 
 def writable_file(path: str | Path) -> bool:
