@@ -57,3 +57,17 @@ def check_trajectory_alignment(tokenizer: Any, traj: Trajectory, k: int) -> int:
 def chatty_bias(tokenizer: Any) -> dict[int, float]:
     ids = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<tool_call>", "</tool_call>"])
     return {ids[0]: 5.0, ids[1]: 4.0, ids[2]: 4.0}
+
+
+class TenTokenIdsTokenizerFake:
+    """Stands in for a tokenizer in wire-format tests: ten ids, `token_id:N` strings map to
+    id 2, and id i decodes to the letter chr(65 + i)."""
+
+    def convert_tokens_to_ids(self, token):
+        return 2
+
+    def decode(self, ids, **_):
+        return "".join(chr(65 + i) for i in ids)
+
+    def __len__(self):
+        return 10

@@ -18,6 +18,7 @@ from datagen.teachers.openai_client import OpenAIBackend, url_secrets
 from datagen.teachers.openai_wire import MalformedResponse, parse_completion
 from datagen.teachers.redact import Redactor
 from tests.datagen.teachers.fault_server import FaultServer, completion
+from tests.datagen.teachers.helpers import TenTokenIdsTokenizerFake
 from tests.datagen.teachers.leaks import leaks
 
 KEY = "sk-hostile-7Qf3ZpL9xW2mKv8RtY4nB6cJ0hD5gS1a"
@@ -131,17 +132,6 @@ def test_a_request_aiohttp_refuses_to_send_fails_at_once(monkeypatch):
     assert time.perf_counter() - started < 5.0, "no backoff: the request was not retried"
 
 
-class _Tokenizer:
-    def convert_tokens_to_ids(self, token):
-        return 2
-
-    def decode(self, ids, **_):
-        return "".join(chr(65 + i) for i in ids)
-
-    def __len__(self):
-        return 10
-
-
 def _ids_body(n: int, logprob: object = -0.5) -> dict:
     return {"choices": [{"text": "", "finish_reason": "stop", "logprobs": {
         "tokens": ["token_id:3"] * n,
@@ -149,21 +139,21 @@ def _ids_body(n: int, logprob: object = -0.5) -> dict:
 
 
 def test_token_ids_past_max_tokens_are_refused():
-    assert len(parse_completion(_ids_body(16), _Tokenizer(), 2, max_tokens=16).token_ids) == 16
+    assert len(parse_completion(_ids_body(16), TenTokenIdsTokenizerFake(), 2, max_tokens=16).token_ids) == 16
     with pytest.raises(MalformedResponse, match="320 generated tokens, more than the turn's "
                                                 "max_tokens 16"):
-        parse_completion(_ids_body(320), _Tokenizer(), 2, max_tokens=16)
+        parse_completion(_ids_body(320), TenTokenIdsTokenizerFake(), 2, max_tokens=16)
 
 
 @pytest.mark.parametrize("logprob", [1e300, 7.5, 0.01, float("inf"), float("nan"),
                                      float("-inf")])
 def test_impossible_top_k_logprobs_are_refused(logprob):
     with pytest.raises(MalformedResponse, match="a top-k logprob is"):
-        parse_completion(_ids_body(2, logprob), _Tokenizer(), 2)
+        parse_completion(_ids_body(2, logprob), TenTokenIdsTokenizerFake(), 2)
 
 
 def test_logprobs_rounded_a_hair_above_zero_are_kept():
-    gen = parse_completion(_ids_body(2, 5e-5), _Tokenizer(), 2)
+    gen = parse_completion(_ids_body(2, 5e-5), TenTokenIdsTokenizerFake(), 2)
     assert gen.topk_logprobs == [[5e-5, -2.0]] * 2
 
 

@@ -18,6 +18,7 @@ from datagen.teachers.openai_client import backoff_seconds
 from datagen.teachers.openai_wire import (MalformedResponse, native_messages, parse_choice,
                                           parse_completion)
 from datagen.teachers.vllm_engine import topk_of
+from tests.datagen.teachers.helpers import TenTokenIdsTokenizerFake
 
 
 @pytest.mark.parametrize("overrides, expected", [
@@ -111,32 +112,22 @@ def test_microbatcher_waits_for_live_episodes_and_caps_batches():
 
 
 def test_parse_completion_keeps_exact_ids_and_top_k():
-    class Tokenizer:
-        def convert_tokens_to_ids(self, token):
-            return 2
-
-        def decode(self, ids, **_):
-            return "".join(chr(65 + i) for i in ids)
-
-        def __len__(self):
-            return 10
-
     body = {"choices": [{"text": "?", "finish_reason": "stop", "logprobs": {
         "tokens": ["token_id:7", "token_id:2"],
         "top_logprobs": [{"token_id:7": -3.0, "token_id:1": -0.5, "token_id:4": -1.0},
                          {"token_id:2": -0.1, "token_id:9": -2.5}]}}],
         "usage": {"prompt_tokens": 11, "completion_tokens": 2}}
-    gen = parse_completion(body, Tokenizer(), k=2)
+    gen = parse_completion(body, TenTokenIdsTokenizerFake(), k=2)
     assert gen.token_ids == [7, 2] and gen.text == "H"  # the closing <|im_end|> (id 2) is cut
     assert gen.topk_ids == [[1, 4], [2, 9]] and gen.topk_logprobs == [[-0.5, -1.0], [-0.1, -2.5]]
     with pytest.raises(ValueError):
-        parse_completion({"choices": [{"logprobs": {"tokens": ["hello"]}}]}, Tokenizer(), 2)
+        parse_completion({"choices": [{"logprobs": {"tokens": ["hello"]}}]}, TenTokenIdsTokenizerFake(), 2)
     # ids the tokenizer does not have would decode to nothing and break the trainer
     for tokens, top in [(["token_id:10"], []), (["token_id:-3"], []),
                         (["token_id:1"], [{"token_id:99999999999999999999": -0.1}])]:
         with pytest.raises(MalformedResponse, match="outside the vocabulary"):
             parse_completion({"choices": [{"logprobs": {"tokens": tokens, "top_logprobs": top}}]},
-                             Tokenizer(), 2)
+                             TenTokenIdsTokenizerFake(), 2)
 
 
 def test_native_tool_calls_read_and_written():
