@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from datagen.teachers.config import MAX_IN_FLIGHT, Temperature
 
@@ -70,13 +71,42 @@ PathText = Annotated[str, Field(min_length=1)]  # "" resolves to the working dir
 # (run_dir) to a storage URI Ray cannot parse
 
 
+def _not_a_uri(path: str | None) -> str | None:
+    """A field read as a filesystem path: a URI there became a relative directory named
+    `s3:` (run_dir), or "no checkpoint in s3://KEY:SECRET@..." with the secret printed back
+    (model.init_from); refused naming the scheme only, never the value."""
+    from datagen.pipeline.storage import is_uri  # light: no pyarrow at import
+
+    if path is not None and is_uri(path):
+        scheme = path.split("://", 1)[0].encode("utf-8", "backslashreplace").decode()[:40]
+        raise ValueError(f"a filesystem path is expected here, not a URI ({scheme}://...); on "
+                         f"a multi-node cluster, a path on a filesystem every node shares")
+    return path
+
+
+def _readable_location(location: str | None) -> str | None:
+    """A path, or s3:// / file:// without credentials, query or fragment
+    (trainer.shard_files.location_problem): credentials would be recorded in training.json, a
+    query's endpoint_override would send the AWS environment's credentials to its host, gs://
+    retries for minutes."""
+    from trainer.shard_files import location_problem  # pyarrow: only when validated
+
+    if location is not None and (problem := location_problem(location)):
+        raise ValueError(problem)
+    return location
+
+
+LocalPath = Annotated[PathText, AfterValidator(_not_a_uri)]  # checkpoints, run_dir, tokenizer
+StoreLocation = Annotated[PathText, AfterValidator(_readable_location)]  # shards, reference_dir
+
+
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class ModelConfig(StrictModel):
     builder: Literal["tiny", "small", "qwen2_5_1_5b", "qwen2_5_32b"] | None = Field(
         "tiny", description="random-init shape from trainer.model.builders (ignored with init_from)")
-    init_from: PathText | None = Field(None, description="local HF checkpoint (any Qwen2/"
+    init_from: LocalPath | None = Field(None, description="local HF checkpoint (any Qwen2/"
                                        "Qwen2.5 or one of ours) to start from instead of random "
                                        "weights, or a run directory (its newest checkpoint when "
                                        "the run starts)")
@@ -162,7 +192,7 @@ class LossConfig(StrictModel):
     teacher: Literal["onehot", "topk", "online"] = Field("onehot", description="onehot for "
                                                          "scripted teachers; topk reads stored "
                                                          "logprobs; online runs teacher_model")
-    teacher_model: PathText | None = Field(None, description="HF checkpoint of the online teacher")
+    teacher_model: LocalPath | None = Field(None, description="HF checkpoint of the online teacher")
     lambda_reason: float = Field(1.0, ge=0, le=MAX_LOSS_WEIGHT)
     lambda_act: float = Field(1.0, ge=0, le=MAX_LOSS_WEIGHT)
     temperature: Temperature = Field(1.0, gt=0)  # <= 100: datagen's sane_temperature
@@ -226,9 +256,9 @@ class DPOConfig(StrictModel):
         "model", description="model = a frozen copy of the starting weights runs forward "
         "each step (small models); precomputed = reference log-probs computed once in a Ray "
         "Data pass and stored as Parquet beside the data, so the job holds one model (32B)")
-    reference_model: PathText | None = Field(None, description="reference checkpoint; default "
+    reference_model: LocalPath | None = Field(None, description="reference checkpoint; default "
                                              "model.init_from (the weights DPO starts from)")
-    reference_dir: PathText | None = Field(None, description="where precomputed log-probs live; "
+    reference_dir: StoreLocation | None = Field(None, description="where precomputed log-probs live; "
                                            "default SHARDS/reference_logps/<key of reference, "
                                            "tokenizer, max_seq_len, sources, shards>")
     reference_batch_size: int = Field(8, ge=1, le=MAX_BATCH, description="pairs per forward in the "
@@ -453,7 +483,7 @@ class ScalingConfig(StrictModel):
                                    "x 1 CPU on a 2-CPU machine starve the parquet reader")
     use_gpu: bool = False
     strategy: Literal["ddp", "deepspeed"] = "ddp"
-    deepspeed_config: PathText | None = Field(None,
+    deepspeed_config: LocalPath | None = Field(None,
                                               description="DeepSpeed JSON (strategy deepspeed)")
     worker_start_timeout_s: float = Field(
         600.0, gt=0, le=86_400, description="longest wait for the cluster to place the "
@@ -481,12 +511,12 @@ class TrainConfig(StrictModel):
                                                  "span-level distillation (loss, curriculum); "
                                                  "dpo = preference training on preferences/ "
                                                  "(dpo); ppo = RL in the environments (ppo)")
-    run_dir: PathText = Field(..., description="checkpoints, metrics.jsonl and Ray's run state; "
+    run_dir: LocalPath = Field(..., description="checkpoints, metrics.jsonl and Ray's run state; "
                          "rerunning into it resumes. Multi-node: a path every node can reach")
-    shards: PathText | None = Field(None, description="dataset OUT root (trajectories/, "
+    shards: StoreLocation | None = Field(None, description="dataset OUT root (trajectories/, "
                                "preferences/, repairs/); required by sad and dpo, unused by "
                                "ppo (it writes its rollouts under run_dir/rollouts)")
-    tokenizer: PathText = Field(..., description="tokenizer directory (scripts/build_tokenizer.py)")
+    tokenizer: LocalPath = Field(..., description="tokenizer directory (scripts/build_tokenizer.py)")
     ray_address: str | None = Field(None, description="Ray to join; default $RAY_ADDRESS or local")
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -502,17 +532,6 @@ class TrainConfig(StrictModel):
     def anchored(self) -> bool:
         """A DPO run with a trajectory anchor (it reads the data and loss sections too)."""
         return self.recipe == "dpo" and self.dpo.anchor_weight > 0
-
-    @field_validator("shards")
-    @classmethod
-    def _readable_shards(cls, shards: str | None) -> str | None:
-        from trainer.shard_files import location_problem  # pyarrow: only when validated
-
-        # credentials would be recorded in training.json, a query's endpoint_override would
-        # send the AWS environment's credentials to its host, gs:// retries for minutes
-        if shards is not None and (problem := location_problem(shards)):
-            raise ValueError(problem)
-        return shards
 
     @model_validator(mode="after")
     def _some_loss(self) -> "TrainConfig":

@@ -96,6 +96,48 @@ def test_fit_refuses_the_locations_eval_refuses_naming_the_field():
     assert "S3cretKey" not in str(refused.value)
 
 
+@pytest.mark.parametrize("field", ["run_dir", "tokenizer", "model.init_from",
+                                   "dpo.reference_model", "loss.teacher_model",
+                                   "scaling.deepspeed_config"])
+@pytest.mark.parametrize("uri", ["s3://AKIAFAKE:S3cretKey@bucket/x", "file:///runs/x"])
+def test_fields_read_as_paths_refuse_a_uri_naming_the_field_not_the_secret(field, uri):
+    """A URI run_dir became a relative directory named `s3:`; a URI checkpoint was refused
+    later as "no checkpoint in s3://AKIAFAKE:S3cretKey@..." (the secret printed back)."""
+    with pytest.raises(ConfigError, match=rf"\n  {field}: a filesystem path is expected here, "
+                                          rf"not a URI \((s3|file)://\.\.\.\)") as refused:
+        load_config(ROOT / "configs" / "dpo_tiny.yaml",
+                    ["run_dir=/runs/x", "tokenizer=/runs/tokenizer", "shards=/runs/out",
+                     "dpo.reference=precomputed", f"{field}={uri}"])
+    assert "S3cretKey" not in str(refused.value)
+
+
+def test_a_local_path_holding_scheme_like_text_is_still_a_path_in_every_path_field():
+    cfg = load_config(ROOT / "configs" / "dpo_tiny.yaml",
+                      ["run_dir=/runs/a://b", "tokenizer=/tok/a://b", "shards=/runs/out",
+                       "dpo.reference=precomputed", "dpo.reference_dir=/ref/a://b"])
+    assert (cfg.run_dir, cfg.tokenizer, cfg.dpo.reference_dir) == ("/runs/a://b", "/tok/a://b",
+                                                                   "/ref/a://b")
+
+
+@pytest.mark.parametrize("uri, why", [
+    ("gs://bucket/ref", "gs:// is not read here"),
+    ("s3://AKIAFAKE:S3cretKey@bucket/ref", "a URI with credentials"),
+    ("s3://bucket/ref?endpoint_override=evil.example:9000", "a URI with a query string"),
+    ("s3://bucket/ref#x", "a URI with a query string or fragment")])
+def test_the_reference_dir_follows_the_rule_of_shards(uri, why):
+    """`dpo.reference_dir` is written and read like OUT (an object store is allowed): before,
+    any text passed, and its credentials would be recorded in training.json."""
+    with pytest.raises(ConfigError, match=rf"\n  dpo.reference_dir: {re.escape(why)}") as refused:
+        load_config(ROOT / "configs" / "dpo_tiny.yaml",
+                    ["run_dir=/runs/x", "tokenizer=/runs/tokenizer", "shards=/runs/out",
+                     "dpo.reference=precomputed", f"dpo.reference_dir={uri}"])
+    assert "S3cretKey" not in str(refused.value)
+    assert load_config(ROOT / "configs" / "dpo_tiny.yaml", [
+        "run_dir=/runs/x", "tokenizer=/runs/tokenizer", "shards=/runs/out",
+        "dpo.reference=precomputed", "dpo.reference_dir=s3://bucket/ref"]).dpo.reference_dir \
+        == "s3://bucket/ref"
+
+
 @pytest.mark.parametrize("uri", ["gs://bucket/out", "s3://KEY:S3cret@bucket/out",
                                  "s3://bucket/out?endpoint_override=h:1"])
 def test_eval_config_and_the_leak_check_refuse_in_the_same_words(uri):
