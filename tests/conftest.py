@@ -28,6 +28,11 @@ os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))
 # down: ~5 s of every fit's ~25 s here (a 2-step SAD fit, 28 -> 23 s). A missed poll only
 # waits on (a worker is declared dead after 10 minutes), so a short interval is safe.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+# Every fit starts ~7 actor processes (controller, placement-group cleaner, synchronisation,
+# dataset manager, split coordinator, the train worker, Ray 2.60's preemption watcher), each
+# ~3 s of CPU to start on this 2-core host. The watcher reacts to node drains (spot notices),
+# which no test sends: off here, one process less per fit (~45 fits a run). Users keep it.
+os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
 # As `trainer.fit.job_env_vars` does for a fit: tests that run Ray Data in this process would
 # otherwise start its usage poller, whose daemon thread can print a traceback at exit.
 os.environ.setdefault("RAY_DATA_USAGE_DISABLED", "1")
