@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
+                      field_validator, model_validator)
 
 from datagen.teachers.config import MAX_IN_FLIGHT, Temperature
 
@@ -75,7 +75,7 @@ def _not_a_uri(path: str | None) -> str | None:
     """A field read as a filesystem path: a URI there became a relative directory named
     `s3:` (run_dir), or "no checkpoint in s3://KEY:SECRET@..." with the secret printed back
     (model.init_from); refused naming the scheme only, never the value."""
-    from datagen.pipeline.storage import is_uri  # light: no pyarrow at import
+    from datagen.pipeline.storage import is_uri  # pyarrow: only when validated
 
     if path is not None and is_uri(path):
         scheme = path.split("://", 1)[0].encode("utf-8", "backslashreplace").decode()[:40]
@@ -107,9 +107,9 @@ class ModelConfig(StrictModel):
     builder: Literal["tiny", "small", "qwen2_5_1_5b", "qwen2_5_32b"] | None = Field(
         "tiny", description="random-init shape from trainer.model.builders (ignored with init_from)")
     init_from: LocalPath | None = Field(None, description="local HF checkpoint (any Qwen2/"
-                                       "Qwen2.5 or one of ours) to start from instead of random "
-                                       "weights, or a run directory (its newest checkpoint when "
-                                       "the run starts)")
+                                        "Qwen2.5 or one of ours) to start from instead of random "
+                                        "weights, or a run directory (its newest checkpoint when "
+                                        "the run starts)")
     split_embeddings: bool = Field(True, description="second embedding for tool-call tokens")
     use_landmark: bool = Field(False, description="landmark attention (grouped softmax)")
     landmark_block_size: int = Field(64, ge=1, le=MAX_TOKENS,
@@ -257,10 +257,11 @@ class DPOConfig(StrictModel):
         "each step (small models); precomputed = reference log-probs computed once in a Ray "
         "Data pass and stored as Parquet beside the data, so the job holds one model (32B)")
     reference_model: LocalPath | None = Field(None, description="reference checkpoint; default "
-                                             "model.init_from (the weights DPO starts from)")
-    reference_dir: StoreLocation | None = Field(None, description="where precomputed log-probs live; "
-                                           "default SHARDS/reference_logps/<key of reference, "
-                                           "tokenizer, max_seq_len, sources, shards>")
+                                              "model.init_from (the weights DPO starts from)")
+    reference_dir: StoreLocation | None = Field(
+        None, description="where precomputed log-probs live: a path, s3:// or file:// (the rule "
+        "of shards); default SHARDS/reference_logps/<key of reference, tokenizer, max_seq_len, "
+        "sources, shards>")
     reference_batch_size: int = Field(8, ge=1, le=MAX_BATCH, description="pairs per forward in the "
                                       "precompute pass")
     reference_workers: int = Field(1, ge=1, le=MAX_WORKERS, description="Ray Data actors of "
@@ -484,7 +485,7 @@ class ScalingConfig(StrictModel):
     use_gpu: bool = False
     strategy: Literal["ddp", "deepspeed"] = "ddp"
     deepspeed_config: LocalPath | None = Field(None,
-                                              description="DeepSpeed JSON (strategy deepspeed)")
+                                               description="DeepSpeed JSON (strategy deepspeed)")
     worker_start_timeout_s: float = Field(
         600.0, gt=0, le=86_400, description="longest wait for the cluster to place the "
         "workers (an autoscaler adding a node, another job ending), at the start and at each "
@@ -512,11 +513,12 @@ class TrainConfig(StrictModel):
                                                  "dpo = preference training on preferences/ "
                                                  "(dpo); ppo = RL in the environments (ppo)")
     run_dir: LocalPath = Field(..., description="checkpoints, metrics.jsonl and Ray's run state; "
-                         "rerunning into it resumes. Multi-node: a path every node can reach")
+                          "rerunning into it resumes. Multi-node: a path every node can reach")
     shards: StoreLocation | None = Field(None, description="dataset OUT root (trajectories/, "
-                               "preferences/, repairs/); required by sad and dpo, unused by "
-                               "ppo (it writes its rollouts under run_dir/rollouts)")
-    tokenizer: LocalPath = Field(..., description="tokenizer directory (scripts/build_tokenizer.py)")
+                                    "preferences/, repairs/); required by sad and dpo, unused by "
+                                    "ppo (it writes its rollouts under run_dir/rollouts)")
+    tokenizer: LocalPath = Field(..., description="tokenizer directory "
+                                 "(scripts/build_tokenizer.py)")
     ray_address: str | None = Field(None, description="Ray to join; default $RAY_ADDRESS or local")
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
