@@ -75,10 +75,10 @@ def _not_a_uri(path: str | None) -> str | None:
     """A field read as a filesystem path: a URI there became a relative directory named
     `s3:` (run_dir), or "no checkpoint in s3://KEY:SECRET@..." with the secret printed back
     (model.init_from); refused naming the scheme only, never the value."""
-    from datagen.pipeline.storage import is_uri  # pyarrow: only when validated
+    from trainer.shard_files import is_uri, shown  # pyarrow: only when validated
 
     if path is not None and is_uri(path):
-        scheme = path.split("://", 1)[0].encode("utf-8", "backslashreplace").decode()[:40]
+        scheme = shown(path.split("://", 1)[0])[:40]
         raise ValueError(f"a filesystem path is expected here, not a URI ({scheme}://...); on "
                          f"a multi-node cluster, a path on a filesystem every node shares")
     return path

@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from datagen.pipeline.storage import (  # a scheme, then "://": /tmp/a://b is a path
-    is_uri, uri_option_problem)
+    has_credentials, is_uri, uri_option_problem)
 from trainer.contract import CHUNK_MARKERS, marker_of
 
 log = logging.getLogger(__name__)
@@ -38,13 +38,6 @@ def store_of(location: str | Path) -> str | None:
         return None
     scheme, _, rest = str(location).partition("://")
     return f"{scheme}://{rest.split('/', 1)[0]}"
-
-
-def has_credentials(location: str | Path) -> bool:
-    """Whether a URI carries user info (`s3://KEY:SECRET@bucket/...`, which pyarrow accepts):
-    it would be written into training.json and every report that names the OUT."""
-    store = store_of(location)
-    return store is not None and "@" in store.partition("://")[2]
 
 
 def without_credentials(location: str) -> str:

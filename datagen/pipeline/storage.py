@@ -71,6 +71,11 @@ OPTIONS_REFUSED = ("a URI with a query string or fragment (?... #...) is refused
                    "AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL")
 
 
+def has_credentials(location: str | Path) -> bool:
+    """Whether a URI carries user info (`s3://KEY:SECRET@bucket/...`, which pyarrow accepts)."""
+    return is_uri(location) and "@" in str(location).partition("://")[2].partition("/")[0]
+
+
 def uri_option_problem(location: str | Path) -> str | None:
     """Why an object-store URI cannot be opened as written, or None. pyarrow's
     `FileSystem.from_uri` takes `KEY:SECRET@` and options from the query: the secret would be
@@ -80,7 +85,7 @@ def uri_option_problem(location: str | Path) -> str | None:
     refuses its shards URIs by the same rule (trainer/shard_files.py `location_problem`)."""
     if not is_uri(location):
         return None
-    if "@" in str(location).partition("://")[2].partition("/")[0]:
+    if has_credentials(location):
         return CREDENTIALS_REFUSED
     if "?" in str(location) or "#" in str(location):
         return OPTIONS_REFUSED

@@ -139,7 +139,8 @@ def _ids_body(n: int, logprob: object = -0.5) -> dict:
 
 
 def test_token_ids_past_max_tokens_are_refused():
-    assert len(parse_completion(_ids_body(16), TenTokenIdsTokenizerFake(), 2, max_tokens=16).token_ids) == 16
+    gen = parse_completion(_ids_body(16), TenTokenIdsTokenizerFake(), 2, max_tokens=16)
+    assert len(gen.token_ids) == 16
     with pytest.raises(MalformedResponse, match="320 generated tokens, more than the turn's "
                                                 "max_tokens 16"):
         parse_completion(_ids_body(320), TenTokenIdsTokenizerFake(), 2, max_tokens=16)

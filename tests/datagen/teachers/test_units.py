@@ -121,7 +121,8 @@ def test_parse_completion_keeps_exact_ids_and_top_k():
     assert gen.token_ids == [7, 2] and gen.text == "H"  # the closing <|im_end|> (id 2) is cut
     assert gen.topk_ids == [[1, 4], [2, 9]] and gen.topk_logprobs == [[-0.5, -1.0], [-0.1, -2.5]]
     with pytest.raises(ValueError):
-        parse_completion({"choices": [{"logprobs": {"tokens": ["hello"]}}]}, TenTokenIdsTokenizerFake(), 2)
+        parse_completion({"choices": [{"logprobs": {"tokens": ["hello"]}}]},
+                         TenTokenIdsTokenizerFake(), 2)
     # ids the tokenizer does not have would decode to nothing and break the trainer
     for tokens, top in [(["token_id:10"], []), (["token_id:-3"], []),
                         (["token_id:1"], [{"token_id:99999999999999999999": -0.1}])]:
